@@ -1,0 +1,1 @@
+"""The ``m`` command line."""

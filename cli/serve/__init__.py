@@ -1,0 +1,1 @@
+"""``m serve``: load a program and serve it over HTTP."""

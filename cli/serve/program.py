@@ -1,0 +1,119 @@
+"""Load a user's program file and call its ``serve()``."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mellea.serve.options import ServeArguments
+
+OPTIONAL_PARAMETERS = ("requirements", "model_options", "format", "client_options")
+
+
+class ProgramLoadError(Exception):
+    """The program cannot be served; the message is one line meant for the user."""
+
+
+@dataclass
+class Program:
+    """A loaded program and how its ``serve()`` wants to be called."""
+
+    path: Path
+    module: Any
+    serve: Callable[..., Any]
+    is_async: bool
+    accepts: frozenset[str]
+
+    @classmethod
+    def load(cls, path: str | Path) -> Program:
+        """Import ``path`` under a unique module name and inspect its ``serve``."""
+        path = Path(path).expanduser().resolve()
+        if not path.is_file():
+            raise ProgramLoadError(f"program file not found: {path}")
+        module = _import(path)
+        serve = getattr(module, "serve", None)
+        if serve is None:
+            raise ProgramLoadError(f"{path} defines no serve() function")
+        if not callable(serve):
+            raise ProgramLoadError(f"{path}: serve is a {type(serve).__name__}, not a function")
+        try:
+            parameters = inspect.signature(serve).parameters
+        except (TypeError, ValueError):
+            parameters = {}
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+        accepts = frozenset(name for name in OPTIONAL_PARAMETERS if takes_any or name in parameters)
+        is_async = inspect.iscoroutinefunction(serve) or inspect.iscoroutinefunction(
+            getattr(type(serve), "__call__", None)
+        )
+        return cls(path, module, serve, is_async, accepts)
+
+    async def call(self, args: ServeArguments) -> Any:
+        """Call ``serve()`` with what it declares; sync programs run in a worker thread."""
+        candidates = {
+            "requirements": args.requirements,
+            "model_options": args.model_options,
+            "format": args.format,
+            "client_options": args.client_options,
+        }
+        kwargs = {name: value for name, value in candidates.items() if name in self.accepts}
+        if self.is_async:
+            return await self.serve(args.messages, **kwargs)
+        result = await anyio.to_thread.run_sync(
+            functools.partial(self.serve, args.messages, **kwargs)
+        )
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+def _import(path: Path) -> Any:
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
+    name = f"mellea_program_{_identifier(path.stem)}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ProgramLoadError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))  # the program's own modules stay importable
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        sys.modules.pop(name, None)
+        where = f"{exc.filename}:{exc.lineno}"
+        line = (exc.text or "").strip()
+        raise ProgramLoadError(
+            f"{where}: SyntaxError: {exc.msg}" + (f"  ->  {line}" if line else "")
+        ) from None
+    except BaseException as exc:
+        sys.modules.pop(name, None)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise ProgramLoadError(_describe(exc, path)) from None
+    return module
+
+
+def _describe(exc: BaseException, path: Path) -> str:
+    """``file:line: ExcType: message  ->  source line``, at the program's own frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if Path(f.filename).resolve() == path]
+    frame = own[-1] if own else (frames[-1] if frames else None)
+    message = f"{type(exc).__name__}: {exc}"
+    if frame is None:
+        return f"{path}: {message}"
+    line = (frame.line or "").strip()
+    return f"{frame.filename}:{frame.lineno}: {message}" + (f"  ->  {line}" if line else "")
+
+
+def _identifier(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text)

@@ -1,0 +1,53 @@
+"""The interface every backend implements."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from typing import Any
+
+from mellea.core.thunk import ModelOutputThunk
+
+
+class Backend(ABC):
+    """Turns chat messages into a streaming :class:`ModelOutputThunk`."""
+
+    model_id: str
+
+    def __init__(self, model_options: dict[str, Any] | None = None) -> None:
+        self.model_options: dict[str, Any] = dict(model_options or {})
+
+    @abstractmethod
+    async def generate(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        model_options: dict[str, Any] | None = None,
+        format: type | None = None,
+        tool_calls: bool = False,
+    ) -> ModelOutputThunk:
+        """Start generating a reply to ``messages`` and return its uncomputed thunk.
+
+        Errors the client caused (e.g. a prompt too long) are raised here, before
+        any output, as :class:`mellea.core.RequestError`.
+        """
+
+
+def schema_hint(format: type) -> str:
+    """A prompt line asking for JSON that matches a pydantic model's schema."""
+    schema = format.model_json_schema()  # type: ignore[attr-defined]
+    return "Respond only with JSON matching this schema: " + json.dumps(schema)
+
+
+def openai_tools(tools: Any) -> list[dict[str, Any]]:
+    """Tools in the OpenAI ``{"type": "function", "function": {...}}`` form."""
+    if not tools:
+        return []
+    items = tools.values() if isinstance(tools, dict) else tools
+    result = []
+    for tool in items:
+        if isinstance(tool, dict):
+            result.append(tool)
+        elif hasattr(tool, "as_json_tool"):
+            result.append(tool.as_json_tool)
+    return result

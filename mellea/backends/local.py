@@ -1,0 +1,160 @@
+"""The local backend: a thin adapter from mellea to the in-process inference engine."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from mellea.backends.base import Backend, openai_tools, schema_hint
+from mellea.backends.model_options import ModelOption
+from mellea.core.errors import ContextLengthExceededError, RequestError
+from mellea.core.thunk import GenerationChunk, ModelOutputThunk
+
+
+class LocalEngine(Protocol):
+    """What the backend needs from an engine (the batching one or the naive baseline)."""
+
+    model_id: str
+    max_model_len: int
+
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None
+    ) -> list[int]: ...
+
+    def add_request(self, prompt: Any, params: Any, request_id: str | None = None) -> Any: ...
+
+
+_engines: dict[tuple[str, str | None], LocalEngine] = {}
+_engines_lock = threading.Lock()
+
+
+def shared_engine(model_id: str | None = None, **engine_kwargs: Any) -> LocalEngine:
+    """The process's engine for ``model_id``, built on first use.
+
+    Programs often call ``start_session()`` once per request; sharing the engine keeps
+    that cheap and lets concurrent requests batch together. ``MELLEA_ENGINE=hf``
+    selects the naive one-``generate()``-per-request engine (the benchmark baseline).
+    """
+    kind = os.environ.get("MELLEA_ENGINE", "paged")
+    key = (kind, model_id)
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _build_engine(kind, model_id, engine_kwargs)
+            _engines[key] = engine
+        return engine
+
+
+def _build_engine(kind: str, model_id: str | None, kwargs: dict[str, Any]) -> LocalEngine:
+    if kind == "hf":
+        from mellea.engine.hf_generate import HFGenerateEngine
+
+        return HFGenerateEngine(model_id, **kwargs)
+    from mellea.engine.engine import Engine
+
+    return Engine(model_id, **kwargs)
+
+
+class LocalBackend(Backend):
+    """Generate with a local model on this machine's CPU or GPU.
+
+    ``model_id`` is ``None`` for the bundled SmolLM2-135M-Instruct, a local model
+    directory, a ``.gguf`` file, or a Hugging Face hub id.
+    """
+
+    def __init__(
+        self,
+        model_id: str | None = None,
+        *,
+        model_options: dict[str, Any] | None = None,
+        engine: LocalEngine | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        super().__init__(model_options)
+        self.engine = engine if engine is not None else shared_engine(model_id, **engine_kwargs)
+        self.model_id = model_id or self.engine.model_id
+
+    async def generate(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        model_options: dict[str, Any] | None = None,
+        format: type | None = None,
+        tool_calls: bool = False,
+    ) -> ModelOutputThunk:
+        """Start a request on the engine and return its streaming thunk."""
+        from mellea.engine.types import PromptTooLongError
+
+        options = ModelOption.merge_model_options(self.model_options, model_options)
+        if format is not None:
+            messages = _with_schema_hint(messages, format)
+        tools = openai_tools(options.get(ModelOption.TOOLS))
+        prompt = self.engine.apply_chat_template(messages, tools=tools or None)
+        try:
+            stream = self.engine.add_request(prompt, sampling_params(options))
+        except PromptTooLongError as exc:
+            raise ContextLengthExceededError(str(exc)) from None
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        return ModelOutputThunk.from_stream(_chunks(stream))
+
+
+async def _chunks(stream: Any) -> AsyncIterator[GenerationChunk]:
+    """Engine outputs as thunk chunks; closing this generator aborts the request."""
+    try:
+        async for out in stream:
+            chunk = GenerationChunk(text=out.text)
+            if out.finished:
+                chunk.finish_reason = "length" if out.finish_reason == "length" else "stop"
+                chunk.usage = {
+                    "prompt_tokens": out.prompt_tokens,
+                    "completion_tokens": out.completion_tokens,
+                    "total_tokens": out.prompt_tokens + out.completion_tokens,
+                    "prompt_tokens_details": {"cached_tokens": out.cached_tokens},
+                }
+            yield chunk
+    finally:
+        closer = getattr(stream, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+def sampling_params(options: dict[str, Any]) -> Any:
+    """Map mellea model options (and common plain keys) to engine sampling parameters."""
+    from mellea.engine.types import SamplingParams
+
+    params = SamplingParams()
+    simple = {
+        ModelOption.TEMPERATURE: ("temperature", float),
+        ModelOption.TOP_P: ("top_p", float),
+        ModelOption.MAX_NEW_TOKENS: ("max_tokens", int),
+        "max_tokens": ("max_tokens", int),
+        ModelOption.SEED: ("seed", int),
+        "seed": ("seed", int),
+        "top_k": ("top_k", int),
+        "min_p": ("min_p", float),
+        "presence_penalty": ("presence_penalty", float),
+        "frequency_penalty": ("frequency_penalty", float),
+        "repetition_penalty": ("repetition_penalty", float),
+    }
+    already_set: set[str] = set()  # the mellea key wins over its plain alias
+    for key, (field, cast) in simple.items():
+        value = options.get(key)
+        if value is not None and field not in already_set:
+            setattr(params, field, cast(value))
+            already_set.add(field)
+    stop = options.get(ModelOption.STOP_SEQUENCES, options.get("stop"))
+    if stop:
+        params.stop = [stop] if isinstance(stop, str) else list(stop)
+    bias = options.get("logit_bias")
+    if bias:
+        params.logit_bias = {int(k): float(v) for k, v in bias.items()}
+    return params
+
+
+def _with_schema_hint(messages: list[dict[str, Any]], format: type) -> list[dict[str, Any]]:
+    messages = [dict(m) for m in messages]
+    messages[-1]["content"] = f"{messages[-1].get('content') or ''}\n\n{schema_hint(format)}"
+    return messages

@@ -1,0 +1,176 @@
+"""The openai backend: any OpenAI-compatible server (vLLM, SGLang, Ollama, another m serve)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from mellea.backends.base import Backend, openai_tools
+from mellea.backends.model_options import ModelOption
+from mellea.core.errors import RequestError
+from mellea.core.thunk import GenerationChunk, ModelOutputThunk
+from mellea.core.tool_call import ModelToolCall
+
+# mellea option -> the chat completions parameter it becomes
+_WIRE_NAMES = {
+    ModelOption.MAX_NEW_TOKENS: "max_tokens",
+    ModelOption.SEED: "seed",
+    ModelOption.STOP_SEQUENCES: "stop",
+    ModelOption.TOOLS: "tools",
+}
+_PASSTHROUGH = {
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "seed",
+    "stop",
+    "tool_choice",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "parallel_tool_calls",
+    "response_format",
+    "n",
+}
+_EXTRA_BODY = {"top_k", "min_p", "repetition_penalty"}
+
+
+class OpenAIBackend(Backend):
+    """Stream chat completions from ``base_url`` with the official ``openai`` client."""
+
+    def __init__(
+        self,
+        model_id: str | None = None,
+        *,
+        model_options: dict[str, Any] | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        default_headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+        **client_kwargs: Any,
+    ) -> None:
+        from openai import AsyncOpenAI
+
+        super().__init__(model_options)
+        self.model_id = model_id or os.environ.get("OPENAI_MODEL", "default")
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        self._client_args: dict[str, Any] = {
+            "base_url": self.base_url,
+            "api_key": api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+            "default_headers": default_headers,
+            **client_kwargs,
+        }
+        if timeout is not None:
+            self._client_args["timeout"] = timeout
+        self._clients: dict[int, AsyncOpenAI] = {}
+
+    def _client(self) -> Any:
+        """One client per event loop: an httpx pool must not cross loops."""
+        import asyncio
+
+        from openai import AsyncOpenAI
+
+        key = id(asyncio.get_running_loop())
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = AsyncOpenAI(**self._client_args)
+        return client
+
+    async def generate(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        model_options: dict[str, Any] | None = None,
+        format: type | None = None,
+        tool_calls: bool = False,
+    ) -> ModelOutputThunk:
+        """Open a streaming chat completion and return its thunk."""
+        import openai
+
+        options = ModelOption.merge_model_options(self.model_options, model_options)
+        body = request_body(options, format)
+        try:
+            stream = await self._client().chat.completions.create(
+                model=self.model_id, messages=messages, stream=True, **body
+            )
+        except openai.BadRequestError as exc:
+            raise RequestError(f"the model server rejected the request: {_message(exc)}") from None
+        return ModelOutputThunk.from_stream(_chunks(stream))
+
+
+def request_body(options: dict[str, Any], format: type | None) -> dict[str, Any]:
+    """Chat completion keyword arguments for ``options`` (only the ones that were set)."""
+    wire = ModelOption.replace_keys(options, _WIRE_NAMES)
+    body: dict[str, Any] = {"stream_options": {"include_usage": True}}
+    extra: dict[str, Any] = {}
+    for key, value in wire.items():
+        if value is None or key.startswith("@@@"):
+            continue
+        if key in _PASSTHROUGH:
+            body[key] = value
+        elif key in _EXTRA_BODY:
+            extra[key] = value
+    if "tools" in body:
+        body["tools"] = openai_tools(body["tools"]) or None
+        if body["tools"] is None:
+            del body["tools"]
+    if format is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": getattr(format, "__name__", "output"),
+                "schema": format.model_json_schema(),  # type: ignore[attr-defined]
+            },
+        }
+    if extra:
+        body["extra_body"] = extra
+    return body
+
+
+async def _chunks(stream: Any) -> AsyncIterator[GenerationChunk]:
+    """Translate streamed chat completion chunks; closing this closes the HTTP stream."""
+    calls: dict[int, dict[str, Any]] = {}
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    try:
+        async for event in stream:
+            if event.usage is not None:
+                usage = event.usage.model_dump(exclude_none=True)
+            for choice in event.choices:
+                delta = choice.delta
+                for call in delta.tool_calls or []:
+                    entry = calls.setdefault(call.index, {"id": None, "name": "", "args": ""})
+                    entry["id"] = call.id or entry["id"]
+                    if call.function is not None:
+                        entry["name"] += call.function.name or ""
+                        entry["args"] += call.function.arguments or ""
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+                if delta.content:
+                    yield GenerationChunk(text=delta.content)
+        tool_calls = [_tool_call(entry) for entry in calls.values()] or None
+        yield GenerationChunk(finish_reason=finish or "stop", usage=usage, tool_calls=tool_calls)
+    finally:
+        await stream.close()
+
+
+def _tool_call(entry: dict[str, Any]) -> ModelToolCall:
+    try:
+        args = json.loads(entry["args"]) if entry["args"] else {}
+    except json.JSONDecodeError:
+        args = {"_raw": entry["args"]}
+    call = ModelToolCall(entry["name"], None, args)
+    if entry["id"]:
+        call.id = entry["id"]
+    return call
+
+
+def _message(exc: Exception) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+    return str(exc)

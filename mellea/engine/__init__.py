@@ -1,0 +1,1 @@
+"""Local inference engine: knows nothing of HTTP or mellea types."""

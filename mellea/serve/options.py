@@ -1,0 +1,133 @@
+"""From a validated chat request to what a program's ``serve()`` receives."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from mellea.backends.model_options import ModelOption
+from mellea.serve.errors import OpenAIError
+from mellea.serve.protocol import ChatCompletionRequest
+from mellea.serve.schema import UnsupportedSchemaError, model_from_schema
+
+log = logging.getLogger("mellea.serve")
+
+# request field -> model option key, copied only when the client sent a value
+_DIRECT = {
+    "temperature": ModelOption.TEMPERATURE,
+    "top_p": ModelOption.TOP_P,
+    "seed": ModelOption.SEED,
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "logit_bias": "logit_bias",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "parallel_tool_calls": "parallel_tool_calls",
+}
+
+
+@dataclass
+class ServeArguments:
+    """What ``serve()`` is called with, derived from one request."""
+
+    messages: list[Any]
+    requirements: list[str] | None
+    model_options: dict[str, Any]
+    format: type | None = None
+    client_options: dict[str, Any] = field(default_factory=dict)
+
+
+def serve_arguments(request: ChatCompletionRequest) -> ServeArguments:
+    """Check what we cannot honour (-> 400 naming the field) and map the rest.
+
+    Only values the client sent become model options: no defaults are injected.
+    """
+    reject_unsupported(request)
+    if request.model_extra:
+        log.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
+    options: dict[str, Any] = {}
+    for name, key in _DIRECT.items():
+        value = getattr(request, name)
+        if value is not None:
+            options[key] = value
+    max_tokens = request.max_completion_tokens or request.max_tokens
+    if max_tokens is not None:
+        options[ModelOption.MAX_NEW_TOKENS] = max_tokens
+    if request.stop:
+        options[ModelOption.STOP_SEQUENCES] = (
+            [request.stop] if isinstance(request.stop, str) else list(request.stop)
+        )
+    if request.tools:
+        options[ModelOption.TOOLS] = [tool.model_dump(exclude_none=True) for tool in request.tools]
+    if request.tool_choice is not None:
+        choice = request.tool_choice
+        options[ModelOption.TOOL_CHOICE] = (
+            choice if isinstance(choice, str) else choice.model_dump()
+        )
+    if request.stream:
+        options[ModelOption.STREAM] = True
+    format_model = None
+    if request.response_format is not None and request.response_format.type != "text":
+        options["response_format"] = request.response_format.model_dump(
+            by_alias=True, exclude_none=True
+        )
+        format_model = _format_model(request)
+    client_options = request.model_dump(
+        exclude={"messages", "requirements"}, exclude_none=True, by_alias=True
+    )
+    return ServeArguments(
+        messages=list(request.messages),
+        requirements=list(request.requirements) if request.requirements is not None else None,
+        model_options=options,
+        format=format_model,
+        client_options=client_options,
+    )
+
+
+def reject_unsupported(request: ChatCompletionRequest) -> None:
+    """400 for values the server cannot honour."""
+    if request.n is not None and request.n > 1:
+        raise OpenAIError(400, "n > 1 is not supported; send one request per choice", param="n")
+    if request.logprobs:
+        raise OpenAIError(400, "logprobs are not supported by this server", param="logprobs")
+    if request.stream_options is not None and not request.stream:
+        raise OpenAIError(
+            400, "stream_options is only allowed when stream is true", param="stream_options"
+        )
+    if request.logit_bias:
+        for key in request.logit_bias:
+            if not key.lstrip("-").isdigit():
+                raise OpenAIError(
+                    400, f"logit_bias keys must be token ids, got {key!r}", param="logit_bias"
+                )
+    if isinstance(request.stop, list) and any(s == "" for s in request.stop):
+        raise OpenAIError(400, "stop sequences must not be empty", param="stop")
+    choice = request.tool_choice
+    if choice is not None and not isinstance(choice, str):
+        names = {tool.function.name for tool in request.tools or []}
+        if choice.function.name not in names:
+            raise OpenAIError(
+                400,
+                f"tool_choice names {choice.function.name!r}, which is not in tools",
+                param="tool_choice",
+            )
+    if choice in ("required",) and not request.tools:
+        raise OpenAIError(400, "tool_choice 'required' needs tools", param="tool_choice")
+
+
+def _format_model(request: ChatCompletionRequest) -> type | None:
+    response_format = request.response_format
+    assert response_format is not None
+    if response_format.type == "json_object":
+        return None
+    spec = response_format.json_schema
+    if spec is None or spec.schema_ is None:
+        raise OpenAIError(
+            400, "response_format json_schema needs a 'schema'", param="response_format"
+        )
+    try:
+        return model_from_schema(spec.schema_, spec.name)
+    except UnsupportedSchemaError as exc:
+        raise OpenAIError(400, f"unsupported JSON schema: {exc}", param="response_format") from None

@@ -1,0 +1,253 @@
+"""The chat completions contract: request, response, and stream chunk models."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from mellea.serve.messages import ChatMessage
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+
+
+# -- request ---------------------------------------------------------------------
+
+
+class StreamOptions(BaseModel):
+    """``stream_options``: only ``include_usage`` means anything to us."""
+
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool | None = None
+
+
+class JsonSchemaFormat(BaseModel):
+    """The ``json_schema`` member of ``response_format``."""
+
+    name: str = Field(default="output", max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """``response_format``: plain text, any JSON object, or JSON matching a schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class FunctionDefinition(BaseModel):
+    """A function the model may call."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    """A tool offered to the model."""
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    """Names the function a ``tool_choice`` forces."""
+
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    """``{"type": "function", "function": {"name": ...}}``."""
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class ChatCompletionRequest(BaseModel):
+    """A ``POST /v1/chat/completions`` body. Unknown fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    model: str | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    n: int | None = Field(default=None, ge=1, le=128)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    # Extensions common among compatible servers.
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=10)
+    # The mellea extension: requirements the program should check its output against.
+    requirements: list[str] | None = None
+
+
+# -- response --------------------------------------------------------------------
+
+
+class WireModel(BaseModel):
+    """A response model that leaves unset (None) fields off the wire.
+
+    Fields named in ``keep_none`` are always written, as the OpenAI format has them
+    (``"content": null``, ``"finish_reason": null``, ``"logprobs": null``).
+    """
+
+    keep_none: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k in self.keep_none}
+
+
+class PromptTokensDetails(WireModel):
+    """Where the prompt tokens came from."""
+
+    cached_tokens: int = 0
+
+
+class Usage(WireModel):
+    """Token counts of a completion."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class ResponseFunctionCall(WireModel):
+    """A called function with its JSON arguments."""
+
+    name: str
+    arguments: str
+
+
+class ResponseToolCall(WireModel):
+    """A tool call in a reply."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: ResponseFunctionCall
+
+
+class AssistantMessage(WireModel):
+    """The reply message of a non-streamed completion."""
+
+    keep_none = frozenset({"content"})
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    tool_calls: list[ResponseToolCall] | None = None
+    reasoning_content: str | None = None
+
+
+class Choice(WireModel):
+    """One reply of a non-streamed completion."""
+
+    keep_none = frozenset({"logprobs"})
+    index: int = 0
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: FinishReason = "stop"
+
+
+def new_completion_id() -> str:
+    """A fresh ``chatcmpl-...`` id."""
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+class ChatCompletion(WireModel):
+    """A non-streamed chat completion."""
+
+    id: str = Field(default_factory=new_completion_id)
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[Choice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+class ChunkToolCallFunction(WireModel):
+    """A streamed piece of a function call."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChunkToolCall(WireModel):
+    """A streamed piece of a tool call: first with id/type/name, then argument fragments."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ChunkToolCallFunction | None = None
+
+
+class Delta(WireModel):
+    """What a stream chunk adds to the reply."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
+
+
+class ChunkChoice(WireModel):
+    """One choice's part of a stream chunk."""
+
+    keep_none = frozenset({"logprobs", "finish_reason"})
+    index: int = 0
+    delta: Delta
+    logprobs: None = None
+    finish_reason: FinishReason | None = None
+
+
+class ChatCompletionChunk(WireModel):
+    """One ``data:`` event of a streamed chat completion."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+class ModelCard(WireModel):
+    """An entry of ``GET /v1/models``."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    owned_by: str = "mellea"
+
+
+class ModelList(WireModel):
+    """The ``GET /v1/models`` body."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

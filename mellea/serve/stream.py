@@ -1,0 +1,109 @@
+"""The SSE helper: the only writer of chat completion stream frames.
+
+A thunk becomes: a role chunk, content chunks as the thunk streams, tool-call
+chunks, one finish chunk, a usage chunk when asked for, then ``[DONE]``. An error
+after the stream started becomes one error frame, then ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
+
+from sse_starlette.sse import EventSourceResponse
+
+from mellea.core.errors import RequestError
+from mellea.core.thunk import ModelOutputThunk
+from mellea.serve.completion import finish_reason_of, tool_calls_of, usage_of
+from mellea.serve.errors import OpenAIError, error_body, server_error_body
+from mellea.serve.protocol import (
+    ChatCompletionChunk,
+    ChunkChoice,
+    ChunkToolCall,
+    ChunkToolCallFunction,
+    Delta,
+    Usage,
+)
+
+log = logging.getLogger("mellea.serve")
+
+DONE = "[DONE]"
+
+
+async def chat_completion_events(
+    source: ModelOutputThunk | Awaitable[ModelOutputThunk],
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    include_usage: bool = False,
+) -> AsyncIterator[dict[str, str]]:
+    """SSE events (``{"data": ...}`` dicts) for one streamed chat completion.
+
+    ``source`` may still be an awaitable (the program is still running); its
+    failure then becomes an error frame. If the consumer stops early (the client
+    disconnected), the thunk is closed, which cancels its generation.
+    """
+
+    def chunk(delta: Delta, finish: Any = None, usage: Usage | None = None) -> dict[str, str]:
+        choices = [] if usage is not None else [ChunkChoice(delta=delta, finish_reason=finish)]
+        frame = ChatCompletionChunk(
+            id=completion_id, created=created, model=model, choices=choices, usage=usage
+        )
+        return {"data": frame.model_dump_json()}
+
+    thunk: ModelOutputThunk | None = None
+    try:
+        thunk = await source if inspect.isawaitable(source) else source
+        yield chunk(Delta(role="assistant", content=""))
+        while True:
+            text = await thunk.astream()
+            if text:
+                yield chunk(Delta(content=text))
+            elif thunk.is_computed():
+                break
+        for index, call in enumerate(tool_calls_of(thunk) or []):
+            opening = ChunkToolCall(
+                index=index,
+                id=call.id,
+                type="function",
+                function=ChunkToolCallFunction(name=call.function.name, arguments=""),
+            )
+            yield chunk(Delta(tool_calls=[opening]))
+            arguments = ChunkToolCallFunction(arguments=call.function.arguments)
+            yield chunk(Delta(tool_calls=[ChunkToolCall(index=index, function=arguments)]))
+        yield chunk(Delta(), finish=finish_reason_of(thunk))
+        if include_usage:
+            yield chunk(Delta(), usage=usage_of(thunk) or Usage())
+    except (asyncio.CancelledError, GeneratorExit):
+        raise
+    except OpenAIError as exc:
+        yield {"data": _json(exc.body())}
+    except RequestError as exc:
+        yield {"data": _json(error_body(exc.message, exc.error_type, exc.param, exc.code))}
+    except Exception:
+        log.exception("the program failed while streaming %s", completion_id)
+        yield {"data": _json(server_error_body())}
+    finally:
+        if thunk is not None and not thunk.is_computed():
+            await asyncio.shield(thunk.aclose())
+    yield {"data": DONE}
+
+
+def stream_response(
+    events: AsyncIterator[dict[str, str]],
+    *,
+    keepalive_seconds: float = 5.0,
+    headers: dict[str, str] | None = None,
+) -> EventSourceResponse:
+    """An SSE response for ``events`` with ``: ping`` keep-alive comments while idle."""
+    return EventSourceResponse(events, ping=keepalive_seconds, headers=headers)
+
+
+def _json(body: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(body, ensure_ascii=False)

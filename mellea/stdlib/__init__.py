@@ -1,0 +1,1 @@
+"""The standard library of a program: sessions, contexts, requirements, sampling."""

@@ -1,0 +1,45 @@
+"""Test program: echoes the last message word by word, and reports what serve() received."""
+
+import asyncio
+import json
+from typing import Any
+
+from mellea.backends.model_options import ModelOption
+from mellea.core import GenerationChunk, ModelOutputThunk
+from mellea.serve import ChatMessage
+
+
+async def _words(text: str, limit: int | None):
+    words = text.split(" ")
+    cut = limit is not None and limit < len(words)
+    words = words[:limit] if cut else words
+    for i, word in enumerate(words):
+        await asyncio.sleep(0.01)
+        yield GenerationChunk(text=word if i == 0 else " " + word)
+    yield GenerationChunk(
+        finish_reason="length" if cut else "stop",
+        usage={"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words)},
+    )
+
+
+async def serve(
+    input: list[ChatMessage],
+    requirements: list[str] | None = None,
+    model_options: dict[str, Any] | None = None,
+    format: type | None = None,
+) -> ModelOutputThunk:
+    """``!args`` replies with the arguments as JSON; anything else is echoed."""
+    text = input[-1].get_text_content()
+    if text == "!args":
+        options = {k: v for k, v in (model_options or {}).items()}
+        reply = json.dumps(
+            {
+                "roles": [m.role for m in input],
+                "requirements": requirements,
+                "model_options": options,
+                "format": format.model_json_schema() if format else None,
+            }
+        )
+        return ModelOutputThunk(value=reply)
+    limit = (model_options or {}).get(ModelOption.MAX_NEW_TOKENS)
+    return ModelOutputThunk.from_stream(_words(text, limit))

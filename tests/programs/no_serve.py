@@ -1,0 +1,4 @@
+"""Test program without a serve() function."""
+
+def handler(messages):
+    return "nope"

@@ -1,0 +1,3 @@
+"""Test program whose serve is not a function."""
+
+serve = 42

@@ -1,0 +1,4 @@
+"""Test program with a syntax error."""
+
+def serve(input)
+    return "never"
