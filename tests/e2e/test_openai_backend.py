@@ -1,0 +1,47 @@
+"""The openai backend, pointed at another m serve: client -> proxy m serve -> echo m serve."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from tests.server import PROGRAMS, serve
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    with serve(PROGRAMS / "echo.py") as upstream:  # noqa: SIM117
+        with serve(
+            PROGRAMS / "proxy.py", env={"UPSTREAM_BASE_URL": f"{upstream.base_url}/v1"}
+        ) as server:
+            yield server
+
+
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0)
+
+
+def test_non_streaming_through_the_openai_backend(proxy):
+    reply = client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": "alpha beta"}])
+    assert reply.choices[0].message.content == "alpha beta"
+    assert reply.usage.completion_tokens == 2
+
+
+def test_streaming_and_options_pass_through(proxy):
+    chunks = list(
+        client(proxy).chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "one two three four five"}],
+            stream=True,
+            max_tokens=3,
+            stream_options={"include_usage": True},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "one two three"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["length"]
+    assert chunks[-1].usage.completion_tokens == 3
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 3
