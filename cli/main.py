@@ -14,6 +14,8 @@ app = typer.Typer(
     add_completion=False,
 )
 
+SERVER, LIMITS, SECURITY = "Server", "Limits", "Security"
+
 
 def _version(value: bool) -> None:
     if value:
@@ -39,34 +41,140 @@ def serve(
         typer.Argument(help="Python file that defines serve(input, requirements, model_options)."),
     ],
     host: Annotated[
-        str, typer.Option(help="Address to listen on. Use 0.0.0.0 to accept remote clients.")
+        str,
+        typer.Option(
+            envvar="M_SERVE_HOST",
+            rich_help_panel=SERVER,
+            help="Address to listen on. Use 0.0.0.0 to accept remote clients.",
+        ),
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[
+        int, typer.Option(envvar="M_SERVE_PORT", rich_help_panel=SERVER, help="Port to listen on.")
+    ] = 8000,
     model_name: Annotated[
         str | None,
         typer.Option(
-            help="Model name reported by /v1/models and responses \\[default: the program's file name]."
+            envvar="M_SERVE_MODEL_NAME",
+            rich_help_panel=SERVER,
+            help="Model name reported by /v1/models and responses \\[default: the program's file name].",
         ),
     ] = None,
     log_level: Annotated[
-        str, typer.Option(help="Log level: debug, info, warning, error.")
+        str,
+        typer.Option(
+            envvar="M_SERVE_LOG_LEVEL",
+            rich_help_panel=SERVER,
+            help="Log level: debug, info, warning, error.",
+        ),
     ] = "info",
-    reload: Annotated[
-        bool, typer.Option(help="Restart the server when the program file changes.")
+    log_prompts: Annotated[
+        bool,
+        typer.Option(
+            envvar="M_SERVE_LOG_PROMPTS",
+            rich_help_panel=SERVER,
+            help="Include the last user message in access-log lines.",
+        ),
     ] = False,
-    max_request_bytes: Annotated[
-        int, typer.Option(help="Largest request body accepted; larger gets 413.")
-    ] = 16 * 1024 * 1024,
+    reload: Annotated[
+        bool,
+        typer.Option(
+            envvar="M_SERVE_RELOAD",
+            rich_help_panel=SERVER,
+            help="Restart the server when a .py file in the program's folder changes.",
+        ),
+    ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            envvar="M_SERVE_WORKERS",
+            min=1,
+            rich_help_panel=SERVER,
+            help="Server processes; each loads the program (and its own local model).",
+        ),
+    ] = 1,
     keepalive: Annotated[
-        float, typer.Option(help="Seconds between SSE keep-alive comments while a stream is idle.")
+        float,
+        typer.Option(
+            envvar="M_SERVE_KEEPALIVE",
+            rich_help_panel=SERVER,
+            help="Seconds between SSE keep-alive comments while a stream is idle.",
+        ),
     ] = 5.0,
+    max_request_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar="M_SERVE_MAX_REQUEST_BYTES",
+            rich_help_panel=LIMITS,
+            help="Largest request body accepted; larger gets 413.",
+        ),
+    ] = 16 * 1024 * 1024,
+    max_concurrent_requests: Annotated[
+        int | None,
+        typer.Option(
+            envvar="M_SERVE_MAX_CONCURRENT_REQUESTS",
+            min=1,
+            rich_help_panel=LIMITS,
+            help="Requests served at once; more wait in the queue \\[default: no limit].",
+        ),
+    ] = None,
+    max_queued_requests: Annotated[
+        int,
+        typer.Option(
+            envvar="M_SERVE_MAX_QUEUED_REQUESTS",
+            min=0,
+            rich_help_panel=LIMITS,
+            help="Requests that may wait for a slot; beyond that they get 429 at once.",
+        ),
+    ] = 0,
+    request_timeout: Annotated[
+        float | None,
+        typer.Option(
+            envvar="M_SERVE_REQUEST_TIMEOUT",
+            rich_help_panel=LIMITS,
+            help="Cancel a request running longer than this many seconds (504) \\[default: none].",
+        ),
+    ] = None,
+    shutdown_grace: Annotated[
+        float,
+        typer.Option(
+            envvar="M_SERVE_SHUTDOWN_GRACE",
+            rich_help_panel=LIMITS,
+            help="On SIGTERM, seconds to let in-flight requests finish.",
+        ),
+    ] = 30.0,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="M_SERVE_API_KEY",
+            rich_help_panel=SECURITY,
+            help="Require 'Authorization: Bearer KEY' (repeatable).",
+        ),
+    ] = None,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="M_SERVE_API_KEY_FILE",
+            exists=True,
+            dir_okay=False,
+            rich_help_panel=SECURITY,
+            help="File with one API key per line.",
+        ),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="M_SERVE_CORS_ORIGIN",
+            rich_help_panel=SECURITY,
+            help="Allow browser requests from ORIGIN (repeatable; CORS is off otherwise).",
+        ),
+    ] = None,
 ) -> None:
-    """Serve PROGRAM's serve() function at /v1/chat/completions.
+    """Serve PROGRAM's serve() function as an OpenAI-compatible API.
 
     Example: m serve docs/examples/hello.py --port 8000
     """
     from cli.serve.runner import run
-    from cli.serve.settings import ServeSettings
+    from cli.serve.settings import ServeSettings, read_api_keys
 
     settings = ServeSettings(
         program=str(program),
@@ -75,8 +183,16 @@ def serve(
         model_name=model_name,
         log_level=log_level.lower(),
         reload=reload,
+        workers=workers,
         max_request_bytes=max_request_bytes,
         keepalive_seconds=keepalive,
+        api_keys=read_api_keys(api_key or [], api_key_file),
+        cors_origins=list(cors_origin or []),
+        max_concurrent_requests=max_concurrent_requests,
+        max_queued_requests=max_queued_requests,
+        request_timeout=request_timeout,
+        shutdown_grace=shutdown_grace,
+        log_prompts=log_prompts,
     )
     raise typer.Exit(run(settings))
 

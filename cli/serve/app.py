@@ -5,14 +5,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cli.serve.admission import Admission
+from cli.serve.auth import ApiKeyAuth
 from cli.serve.limits import BodySizeLimit
+from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
 from cli.serve.program import Program
 from cli.serve.settings import ServeSettings
 from mellea.core.errors import RequestError
@@ -27,17 +34,61 @@ from mellea.serve.protocol import (
     ModelList,
     new_completion_id,
 )
-from mellea.serve.stream import chat_completion_events, stream_response
+from mellea.serve.stream import (
+    StreamTimeoutError,
+    before,
+    chat_completion_events,
+    stream_response,
+)
 
 log = logging.getLogger("mellea.serve")
 
 
 def create_app(program: Program, settings: ServeSettings) -> FastAPI:
     """Build the HTTP app serving ``program`` (no global state: call it as often as needed)."""
-    app = FastAPI(title="m serve", summary=f"OpenAI-compatible API for {program.path.name}")
+    metrics = ServerMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from mellea.backends.local import warm_up
+
+        warmed = await warm_up()
+        if warmed:
+            log.info("warmed up %d local engine(s)", warmed)
+        app.state.ready = True
+        yield
+        app.state.ready = False
+
+    app = FastAPI(
+        title="m serve",
+        summary=f"OpenAI-compatible API for {program.path.name}",
+        lifespan=lifespan,
+    )
     app.state.program = program
     app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.ready = False
+    app.state.draining = False
+    # Added innermost first: requests pass RequestContext, CORS, auth, size, admission.
+    app.add_middleware(
+        Admission,
+        metrics=metrics,
+        limit=settings.max_concurrent_requests,
+        queue=settings.max_queued_requests,
+        state=app.state,
+    )
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    if settings.api_keys:
+        app.add_middleware(ApiKeyAuth, keys=settings.api_keys)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["authorization", "content-type", "x-request-id"],
+            expose_headers=["x-request-id"],
+        )
+    app.add_middleware(RequestContext, metrics=metrics)
     _install_error_handlers(app)
     model_name = settings.served_model_name
 
@@ -45,6 +96,23 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
     async def health() -> dict[str, str]:
         """Liveness: the server is up."""
         return {"status": "ok"}
+
+    @app.get("/ready", response_model=None)
+    async def ready() -> dict[str, str] | JSONResponse:
+        """Readiness: 200 once the program is loaded and warm, 503 before and while draining."""
+        if app.state.ready and not app.state.draining:
+            return {"status": "ready"}
+        state = "draining" if app.state.draining else "starting"
+        return JSONResponse(
+            error_body(f"the server is {state}", "service_unavailable", None, state),
+            status_code=503,
+            headers={"retry-after": "1"},
+        )
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        """Prometheus metrics of this server process."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
     async def list_models() -> ModelList:
@@ -54,17 +122,15 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest) -> ChatCompletion | Response:
         """Run the program on a chat request; stream the reply when asked to."""
+        started = time.monotonic()
+        deadline = started + settings.request_timeout if settings.request_timeout else None
         args = serve_arguments(body)
         completion_id, created = new_completion_id(), int(time.time())
         running = asyncio.ensure_future(_run_program(program, args))
         if not body.stream:
-            thunk = await running
-            try:
-                return await chat_completion(
-                    thunk, completion_id=completion_id, created=created, model=model_name
-                )
-            except Exception as exc:
-                raise _as_openai_error(exc) from None
+            completion = await _complete(running, deadline, completion_id, created, model_name)
+            record_usage(metrics, completion.usage)
+            return completion
         # Give the program a moment: if it fails fast, the client gets a real status.
         done, _ = await asyncio.wait({running}, timeout=settings.first_result_wait)
         source: Any = running.result() if done else running
@@ -75,10 +141,44 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
             created=created,
             model=model_name,
             include_usage=include_usage,
+            deadline=deadline,
+            observer=StreamTimer(metrics, started),
         )
-        return stream_response(events, keepalive_seconds=settings.keepalive_seconds)
+        return stream_response(
+            events,
+            keepalive_seconds=settings.keepalive_seconds,
+            shutdown_grace=settings.shutdown_grace,
+        )
 
     return app
+
+
+async def _complete(
+    running: asyncio.Future[ModelOutputThunk],
+    deadline: float | None,
+    completion_id: str,
+    created: int,
+    model: str,
+) -> ChatCompletion:
+    """The non-streamed reply; past the deadline the generation is cancelled (504)."""
+    thunk: ModelOutputThunk | None = None
+    try:
+        thunk = await before(deadline, running)
+        return await before(
+            deadline,
+            chat_completion(thunk, completion_id=completion_id, created=created, model=model),
+        )
+    except StreamTimeoutError:
+        raise OpenAIError(
+            504, "the request took longer than the server's request timeout", code="timeout"
+        ) from None
+    except OpenAIError:
+        raise
+    except Exception as exc:
+        raise _as_openai_error(exc) from None
+    finally:
+        if thunk is not None and not thunk.is_computed():
+            await thunk.aclose()
 
 
 async def _run_program(program: Program, args: Any) -> ModelOutputThunk:

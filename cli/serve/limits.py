@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mellea.serve.errors import error_body
+from cli.serve.responses import send_error
 
 
 class BodySizeLimit:
@@ -46,16 +44,6 @@ class BodySizeLimit:
         return f"request body is larger than the limit of {self.max_bytes} bytes"
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps(error_body(self._message(), code="request_too_large")).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
+        await send_error(
+            send, 413, self._message(), code="request_too_large", headers={"connection": "close"}
         )
-        await send({"type": "http.response.body", "body": body})

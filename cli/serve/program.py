@@ -53,7 +53,7 @@ class Program:
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
         accepts = frozenset(name for name in OPTIONAL_PARAMETERS if takes_any or name in parameters)
         is_async = inspect.iscoroutinefunction(serve) or inspect.iscoroutinefunction(
-            getattr(type(serve), "__call__", None)
+            type(serve).__call__
         )
         return cls(path, module, serve, is_async, accepts)
 

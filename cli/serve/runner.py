@@ -3,50 +3,77 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
+import uvicorn
 
 from cli.serve.settings import ServeSettings
 
 log = logging.getLogger("mellea.serve")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 
 
 def run(settings: ServeSettings) -> int:
-    """Serve until interrupted; returns the process exit code."""
-    import uvicorn
-
+    """Serve until interrupted or terminated; returns the process exit code."""
     _configure_logging(settings.log_level)
     program_path = Path(settings.program).expanduser().resolve()
     settings.program = str(program_path)
-    if settings.reload:
+    common: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "access_log": False,  # our own access-log line carries the request id and tokens
+        "timeout_graceful_shutdown": settings.shutdown_grace,
+        "log_config": None,
+    }
+    if settings.reload or settings.workers > 1:
+        # uvicorn starts fresh server processes; they rebuild the app from the environment.
         if not program_path.is_file():
             typer.secho(f"Error: program file not found: {program_path}", fg="red", err=True)
             return 1
         settings.to_env()
         _announce(settings)
-        uvicorn.run(
-            "cli.serve.runner:app_from_env",
-            factory=True,
-            host=settings.host,
-            port=settings.port,
-            log_level=settings.log_level,
-            reload=True,
-            reload_dirs=[str(program_path.parent)],
-            reload_includes=["*.py"],
+        extra: dict[str, Any] = (
+            {"reload": True, "reload_dirs": [str(program_path.parent)], "reload_includes": ["*.py"]}
+            if settings.reload
+            else {"workers": settings.workers}
         )
+        uvicorn.run("cli.serve.runner:app_from_env", factory=True, **common, **extra)
         return 0
     app = _build_or_exit(settings)
     if app is None:
         return 1
     _announce(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
+    server = DrainingServer(uvicorn.Config(app, **common), app)
+    server.run()
     return 0
 
 
-def app_from_env():
-    """The app factory uvicorn's reloader calls in each fresh server process."""
+class DrainingServer(uvicorn.Server):
+    """A uvicorn server that marks the app as draining as soon as it is told to stop."""
+
+    def __init__(self, config: uvicorn.Config, app: Any) -> None:
+        super().__init__(config)
+        self.app = app
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """Flip ``/ready`` to 503 and refuse new work, then let uvicorn drain.
+
+        uvicorn re-raises a captured signal once it has stopped, which would end the
+        process with -SIGTERM; a drained SIGTERM shutdown is a clean exit (0).
+        """
+        self.app.state.draining = True
+        super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM and sig in self._captured_signals:
+            self._captured_signals.remove(sig)
+
+
+def app_from_env() -> Any:
+    """The app factory uvicorn calls in each server process it starts (reload, workers)."""
     settings = ServeSettings.from_env()
     _configure_logging(settings.log_level)
     app = _build_or_exit(settings)
@@ -55,7 +82,7 @@ def app_from_env():
     return app
 
 
-def _build_or_exit(settings: ServeSettings):
+def _build_or_exit(settings: ServeSettings) -> Any:
     from cli.serve.app import create_app
     from cli.serve.program import Program, ProgramLoadError
 
@@ -72,12 +99,18 @@ def _announce(settings: ServeSettings) -> None:
     base = f"http://{settings.host}:{settings.port}"
     typer.echo(f"m serve: {Path(settings.program).name} as model {settings.served_model_name!r}")
     typer.echo(f"  API base:  {base}/v1   (POST /v1/chat/completions, GET /v1/models)")
-    typer.echo(f"  Health:    {base}/health")
+    typer.echo(f"  Health:    {base}/health   Ready: {base}/ready   Metrics: {base}/metrics")
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from cli.serve.observability import RequestIdFilter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    handler.addFilter(RequestIdFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True

@@ -1,10 +1,10 @@
-"""Settings of one ``m serve`` run, passable through the environment (for ``--reload``)."""
+"""Settings of one ``m serve`` run, passable through the environment (for ``--reload``/``--workers``)."""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 SETTINGS_ENV = "M_SERVE_SETTINGS_JSON"
@@ -20,11 +20,19 @@ class ServeSettings:
     model_name: str | None = None
     log_level: str = "info"
     reload: bool = False
+    workers: int = 1
     max_request_bytes: int = 16 * 1024 * 1024
     keepalive_seconds: float = 5.0
     # How long a streaming request waits for serve() before committing to a 200:
     # failures within this window get a real HTTP status instead of an error frame.
     first_result_wait: float = 1.0
+    api_keys: list[str] = field(default_factory=list)
+    cors_origins: list[str] = field(default_factory=list)
+    max_concurrent_requests: int | None = None
+    max_queued_requests: int = 0
+    request_timeout: float | None = None
+    shutdown_grace: float = 30.0
+    log_prompts: bool = False
 
     @property
     def served_model_name(self) -> str:
@@ -32,10 +40,18 @@ class ServeSettings:
         return self.model_name or Path(self.program).stem
 
     def to_env(self) -> None:
-        """Store these settings for a server process started by uvicorn's reloader."""
+        """Store these settings for server processes started by uvicorn (reload, workers)."""
         os.environ[SETTINGS_ENV] = json.dumps(asdict(self))
 
     @classmethod
     def from_env(cls) -> ServeSettings:
         """Settings stored by :meth:`to_env`."""
         return cls(**json.loads(os.environ[SETTINGS_ENV]))
+
+
+def read_api_keys(keys: list[str], key_file: Path | None) -> list[str]:
+    """Keys given on the command line plus one key per non-empty line of ``key_file``."""
+    found = [k.strip() for k in keys if k.strip()]
+    if key_file is not None:
+        found += [line.strip() for line in key_file.read_text().splitlines() if line.strip()]
+    return found

@@ -15,10 +15,18 @@ question = [{"role": "user", "content": "Name three colours."}]
 
 reply = client.chat.completions.create(model="hello", messages=question, max_tokens=40)
 print("non-streamed:", reply.choices[0].message.content)
-print("usage:", reply.usage.prompt_tokens, "prompt +", reply.usage.completion_tokens, "completion tokens")
+print(
+    "usage:",
+    reply.usage.prompt_tokens,
+    "prompt +",
+    reply.usage.completion_tokens,
+    "completion tokens",
+)
 
 print("streamed: ", end="", flush=True)
-stream = client.chat.completions.create(model="hello", messages=question, max_tokens=40, stream=True)
+stream = client.chat.completions.create(
+    model="hello", messages=question, max_tokens=40, stream=True
+)
 for chunk in stream:
     if chunk.choices and chunk.choices[0].delta.content:
         print(chunk.choices[0].delta.content, end="", flush=True)

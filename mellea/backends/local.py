@@ -47,6 +47,26 @@ def shared_engine(model_id: str | None = None, **engine_kwargs: Any) -> LocalEng
         return engine
 
 
+def engine_stats() -> dict[str, dict[str, Any]]:
+    """``stats()`` of every engine loaded in this process, by model id."""
+    with _engines_lock:
+        engines = list(_engines.values())
+    return {e.model_id: e.stats() for e in engines if hasattr(e, "stats")}
+
+
+async def warm_up() -> int:
+    """Run a one-token generation on every loaded engine; returns how many were warmed."""
+    from mellea.engine.types import SamplingParams
+
+    with _engines_lock:
+        engines = list(_engines.values())
+    for engine in engines:
+        prompt = engine.apply_chat_template([{"role": "user", "content": "Hi"}])
+        async for _ in engine.add_request(prompt, SamplingParams(max_tokens=1)):
+            pass
+    return len(engines)
+
+
 def _build_engine(kind: str, model_id: str | None, kwargs: dict[str, Any]) -> LocalEngine:
     if kind == "hf":
         from mellea.engine.hf_generate import HFGenerateEngine

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from sse_starlette.sse import EventSourceResponse
 
@@ -31,6 +32,32 @@ from mellea.serve.protocol import (
 log = logging.getLogger("mellea.serve")
 
 DONE = "[DONE]"
+T = TypeVar("T")
+
+
+class StreamObserver(Protocol):
+    """Watches a stream go out (the server uses it for latency and token metrics)."""
+
+    def on_content(self) -> None:
+        """A content delta was sent."""
+
+    def on_finish(self, usage: Usage | None) -> None:
+        """The reply finished; ``usage`` is what the backend reported, if anything."""
+
+
+class StreamTimeoutError(Exception):
+    """The request ran past its deadline."""
+
+
+async def before(deadline: float | None, awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable``, cancelling it if the ``time.monotonic()`` deadline passes."""
+    if deadline is None:
+        return await awaitable
+    remaining = deadline - time.monotonic()
+    try:
+        return await asyncio.wait_for(awaitable, timeout=max(remaining, 0.0))
+    except TimeoutError:
+        raise StreamTimeoutError from None
 
 
 async def chat_completion_events(
@@ -40,12 +67,15 @@ async def chat_completion_events(
     created: int,
     model: str,
     include_usage: bool = False,
+    deadline: float | None = None,
+    observer: StreamObserver | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """SSE events (``{"data": ...}`` dicts) for one streamed chat completion.
 
     ``source`` may still be an awaitable (the program is still running); its
     failure then becomes an error frame. If the consumer stops early (the client
-    disconnected), the thunk is closed, which cancels its generation.
+    disconnected) or ``deadline`` (a ``time.monotonic()`` value) passes, the thunk is
+    closed, which cancels its generation.
     """
 
     def chunk(delta: Delta, finish: Any = None, usage: Usage | None = None) -> dict[str, str]:
@@ -57,11 +87,13 @@ async def chat_completion_events(
 
     thunk: ModelOutputThunk | None = None
     try:
-        thunk = await source if inspect.isawaitable(source) else source
+        thunk = await before(deadline, source) if inspect.isawaitable(source) else source
         yield chunk(Delta(role="assistant", content=""))
         while True:
-            text = await thunk.astream()
+            text = await before(deadline, thunk.astream())
             if text:
+                if observer is not None:
+                    observer.on_content()
                 yield chunk(Delta(content=text))
             elif thunk.is_computed():
                 break
@@ -76,10 +108,16 @@ async def chat_completion_events(
             arguments = ChunkToolCallFunction(arguments=call.function.arguments)
             yield chunk(Delta(tool_calls=[ChunkToolCall(index=index, function=arguments)]))
         yield chunk(Delta(), finish=finish_reason_of(thunk))
+        usage = usage_of(thunk)
+        if observer is not None:
+            observer.on_finish(usage)
         if include_usage:
-            yield chunk(Delta(), usage=usage_of(thunk) or Usage())
+            yield chunk(Delta(), usage=usage or Usage())
     except (asyncio.CancelledError, GeneratorExit):
         raise
+    except StreamTimeoutError:
+        message = "the request took longer than the server's request timeout"
+        yield {"data": _json(error_body(message, "timeout_error", None, "timeout"))}
     except OpenAIError as exc:
         yield {"data": _json(exc.body())}
     except RequestError as exc:
@@ -97,10 +135,16 @@ def stream_response(
     events: AsyncIterator[dict[str, str]],
     *,
     keepalive_seconds: float = 5.0,
+    shutdown_grace: float = 30.0,
     headers: dict[str, str] | None = None,
 ) -> EventSourceResponse:
-    """An SSE response for ``events`` with ``: ping`` keep-alive comments while idle."""
-    return EventSourceResponse(events, ping=keepalive_seconds, headers=headers)
+    """An SSE response for ``events`` with ``: ping`` keep-alive comments while idle.
+
+    On server shutdown the stream may run ``shutdown_grace`` seconds more to finish.
+    """
+    return EventSourceResponse(
+        events, ping=keepalive_seconds, headers=headers, shutdown_grace_period=shutdown_grace
+    )
 
 
 def _json(body: dict[str, Any]) -> str:

@@ -40,7 +40,14 @@ def test_help_is_fast_and_imports_no_torch():
 def test_serve_help_lists_the_flags():
     result = m("serve", "--help")
     assert result.returncode == 0
-    for flag in ("--host", "--port", "--model-name", "--log-level", "--reload", "--max-request-bytes"):
+    for flag in (
+        "--host",
+        "--port",
+        "--model-name",
+        "--log-level",
+        "--reload",
+        "--max-request-bytes",
+    ):
         assert flag in result.stdout
     assert "127.0.0.1" in result.stdout
 

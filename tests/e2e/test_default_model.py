@@ -44,7 +44,9 @@ def test_streaming_equals_non_streaming_under_greedy(hello):
     kwargs = {"model": "hello", "messages": QUESTION, "temperature": 0, "max_tokens": 24}
     whole = client(hello).chat.completions.create(**kwargs).choices[0].message.content
     chunks = list(client(hello).chat.completions.create(stream=True, **kwargs))
-    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    deltas = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
     assert len(deltas) > 3, "the reply should arrive in several pieces"
     assert "".join(deltas) == whole
 

@@ -24,7 +24,9 @@ def client(server) -> openai.OpenAI:
 
 
 def test_non_streaming_through_the_openai_backend(proxy):
-    reply = client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": "alpha beta"}])
+    reply = client(proxy).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "alpha beta"}]
+    )
     assert reply.choices[0].message.content == "alpha beta"
     assert reply.usage.completion_tokens == 2
 
@@ -41,7 +43,9 @@ def test_streaming_and_options_pass_through(proxy):
     )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "one two three"
-    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finishes == ["length"]
     assert chunks[-1].usage.completion_tokens == 3
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 3

@@ -199,9 +199,7 @@ def test_validation_errors_are_400_naming_the_field(echo, body, param):
 def test_malformed_json_and_wrong_content_type(echo):
     url = f"{echo.base_url}/v1/chat/completions"
     assert_openai_error(httpx.post(url, content=b'{"messages": [', timeout=10), 400)
-    response = httpx.post(
-        url, content=b"hello", headers={"content-type": "text/plain"}, timeout=10
-    )
+    response = httpx.post(url, content=b"hello", headers={"content-type": "text/plain"}, timeout=10)
     assert_openai_error(response, 400)
     assert_openai_error(httpx.post(url, content=b"\xff\xfe{", timeout=10), 400)
 
@@ -246,7 +244,9 @@ def test_program_exception_is_a_generic_500(faulty):
         assert "SECRET" not in json.dumps(error)
         assert error["type"] == "server_error"
     assert "SECRET-program-detail" in faulty.log  # kept in the server log
-    assert post(faulty, {"messages": user("fine")}).json()["choices"][0]["message"]["content"] == "ok"
+    assert (
+        post(faulty, {"messages": user("fine")}).json()["choices"][0]["message"]["content"] == "ok"
+    )
 
 
 def test_program_request_error_is_a_400(faulty):
@@ -269,12 +269,14 @@ def test_mid_stream_error_is_an_error_frame_then_done(faulty):
     assert payloads[-1] == "[DONE]"
     error = json.loads(payloads[-2])["error"]
     assert error["type"] == "server_error" and "SECRET" not in json.dumps(error)
-    contents = [
-        json.loads(p)["choices"][0]["delta"].get("content") for p in payloads[1:-2]
-    ]
+    contents = [json.loads(p)["choices"][0]["delta"].get("content") for p in payloads[1:-2]]
     assert "".join(c or "" for c in contents) == "partial output"
     with pytest.raises(openai.APIError):
-        list(client(faulty).chat.completions.create(model="m", messages=user("midstream"), stream=True))
+        list(
+            client(faulty).chat.completions.create(
+                model="m", messages=user("midstream"), stream=True
+            )
+        )
 
 
 def test_slow_program_gets_keepalives_then_its_reply(faulty):

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 from typing import Any
 
 from mellea.backends.model_options import ModelOption
@@ -14,7 +15,7 @@ async def _words(text: str, limit: int | None):
     cut = limit is not None and limit < len(words)
     words = words[:limit] if cut else words
     for i, word in enumerate(words):
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(float(os.environ.get("ECHO_DELAY", "0.01")))
         yield GenerationChunk(text=word if i == 0 else " " + word)
     yield GenerationChunk(
         finish_reason="length" if cut else "stop",

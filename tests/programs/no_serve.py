@@ -1,4 +1,5 @@
 """Test program without a serve() function."""
 
+
 def handler(messages):
     return "nope"

@@ -38,7 +38,9 @@ def test_named_tool_choice_must_exist():
     with pytest.raises(OpenAIError) as info:
         serve_arguments(request(tools=tools, tool_choice=choice))
     assert info.value.param == "tool_choice"
-    args = serve_arguments(request(tools=tools, tool_choice={**choice, "function": {"name": "get_weather"}}))
+    args = serve_arguments(
+        request(tools=tools, tool_choice={**choice, "function": {"name": "get_weather"}})
+    )
     assert args.model_options[ModelOption.TOOLS][0]["function"]["name"] == "get_weather"
 
 
@@ -50,15 +52,26 @@ def test_schema_to_model():
             "age": {"type": "integer"},
             "tags": {"type": "array", "items": {"type": "string"}},
             "kind": {"enum": ["a", "b"]},
-            "home": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            "home": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
         },
         "required": ["name", "age"],
         "additionalProperties": False,
     }
     model = model_from_schema(schema, "person")
-    ok = model.model_validate({"name": "A", "age": 3, "tags": ["x"], "kind": "a", "home": {"city": "P"}})
+    ok = model.model_validate(
+        {"name": "A", "age": 3, "tags": ["x"], "kind": "a", "home": {"city": "P"}}
+    )
     assert ok.age == 3
-    for bad in ({"name": "A"}, {"name": "A", "age": "old"}, {"name": "A", "age": 1, "kind": "c"}, {"name": "A", "age": 1, "extra": 1}):
+    for bad in (
+        {"name": "A"},
+        {"name": "A", "age": "old"},
+        {"name": "A", "age": 1, "kind": "c"},
+        {"name": "A", "age": 1, "extra": 1},
+    ):
         with pytest.raises(ValidationError):
             model.model_validate(bad)
     with pytest.raises(UnsupportedSchemaError):

@@ -1,0 +1,52 @@
+"""API keys: every route but the health checks needs ``Authorization: Bearer KEY``."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from cli.serve.responses import send_error
+
+OPEN_PATHS = frozenset({"/health", "/ready"})
+
+
+class ApiKeyAuth:
+    """ASGI middleware checking the bearer token against the configured keys.
+
+    Keys are compared as SHA-256 digests with ``hmac.compare_digest``, against every
+    key each time, so neither a key's content nor its length shows in the timing.
+    """
+
+    def __init__(self, app: ASGIApp, keys: list[str]) -> None:
+        self.app = app
+        self.digests = [hashlib.sha256(k.encode()).digest() for k in keys]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["path"] in OPEN_PATHS
+            or scope["method"] == "OPTIONS"  # CORS preflight carries no credentials
+            or self._authorized(scope)
+        ):
+            await self.app(scope, receive, send)
+            return
+        await send_error(
+            send,
+            401,
+            "missing or invalid API key: send 'Authorization: Bearer <key>'",
+            code="invalid_api_key",
+            headers={"www-authenticate": "Bearer"},
+        )
+
+    def _authorized(self, scope: Scope) -> bool:
+        header = dict(scope.get("headers", [])).get(b"authorization", b"")
+        scheme, _, token = header.partition(b" ")
+        if scheme.lower() != b"bearer":
+            token = b""
+        digest = hashlib.sha256(token.strip()).digest()
+        matched = False
+        for known in self.digests:
+            matched |= hmac.compare_digest(digest, known)
+        return matched

@@ -1,0 +1,187 @@
+"""Request ids, one structured access-log line per request, and Prometheus metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from contextvars import ContextVar
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+access_log = logging.getLogger("mellea.access")
+
+# The current request's record: filled in along the way, logged when the response ends.
+current_request: ContextVar[dict[str, Any] | None] = ContextVar("current_request", default=None)
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:/=+-]{1,128}$")
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class RequestIdFilter(logging.Filter):
+    """Stamps every log record with the id of the request being served (or ``-``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        current = current_request.get()
+        record.request_id = current["request_id"] if current else "-"
+        return True
+
+
+class ServerMetrics:
+    """The server's Prometheus metrics, in a registry of its own (one per app)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "m_serve_requests",
+            "Requests served, by route and status.",
+            ["route", "status"],
+            registry=r,
+        )
+        self.in_flight = Gauge("m_serve_requests_in_flight", "Requests being served.", registry=r)
+        self.queue_depth = Gauge(
+            "m_serve_queue_depth", "Requests waiting for a concurrency slot.", registry=r
+        )
+        self.duration = Histogram(
+            "m_serve_request_duration_seconds",
+            "End-to-end request latency.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "m_serve_time_to_first_token_seconds",
+            "Time from request to the first streamed content.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "m_serve_inter_token_latency_seconds",
+            "Time between streamed content deltas.",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "m_serve_prompt_tokens", "Prompt tokens processed.", registry=r
+        )
+        self.completion_tokens = Counter(
+            "m_serve_completion_tokens", "Completion tokens generated.", registry=r
+        )
+        r.register(_EngineCollector())
+
+
+class _EngineCollector:
+    """KV-cache and prefix-cache figures of the local engines loaded in this process."""
+
+    def collect(self) -> Any:
+        from mellea.backends.local import engine_stats
+
+        used = GaugeMetricFamily(
+            "m_serve_kv_cache_blocks_used", "KV-cache blocks in use.", labels=["model"]
+        )
+        free = GaugeMetricFamily(
+            "m_serve_kv_cache_blocks_free", "KV-cache blocks free.", labels=["model"]
+        )
+        hit = GaugeMetricFamily(
+            "m_serve_prefix_cache_hit_rate",
+            "Share of prompt tokens served from the prefix cache.",
+            labels=["model"],
+        )
+        for model, stats in engine_stats().items():
+            if "kv_blocks_used" in stats:
+                used.add_metric([model], stats["kv_blocks_used"])
+                free.add_metric([model], stats.get("kv_blocks_free", 0))
+            if "prefix_cache_hit_rate" in stats:
+                hit.add_metric([model], stats["prefix_cache_hit_rate"])
+        yield from (used, free, hit)
+
+
+class StreamTimer:
+    """Observes one streamed reply: time to first token, gaps between deltas, token counts."""
+
+    def __init__(self, metrics: ServerMetrics, started: float) -> None:
+        self.metrics = metrics
+        self.started = started
+        self.last: float | None = None
+
+    def on_content(self) -> None:
+        """A content delta went out."""
+        now = time.monotonic()
+        if self.last is None:
+            self.metrics.ttft.observe(now - self.started)
+        else:
+            self.metrics.itl.observe(now - self.last)
+        self.last = now
+
+    def on_finish(self, usage: Any) -> None:
+        """The reply is complete; ``usage`` is its wire ``Usage`` (or None)."""
+        record_usage(self.metrics, usage)
+
+
+def record_usage(metrics: ServerMetrics, usage: Any) -> None:
+    """Count a reply's tokens and note them in the access-log record."""
+    if usage is None:
+        return
+    metrics.prompt_tokens.inc(usage.prompt_tokens)
+    metrics.completion_tokens.inc(usage.completion_tokens)
+    record = current_request.get()
+    if record is not None:
+        record["prompt_tokens"] = usage.prompt_tokens
+        record["completion_tokens"] = usage.completion_tokens
+
+
+class RequestContext:
+    """Outermost middleware: request id in and out, metrics, and the access-log line."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        sent = dict(scope.get("headers", [])).get(b"x-request-id", b"").decode("latin-1")
+        request_id = sent if _SAFE_ID.match(sent) else f"req_{uuid.uuid4().hex}"
+        record: dict[str, Any] = {
+            "request_id": request_id,
+            "method": scope["method"],
+            "route": scope["path"],
+            "status": None,
+        }
+        token = current_request.set(record)
+        started = time.monotonic()
+        scope.setdefault("state", {})["started"] = started
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                record["status"] = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            duration = time.monotonic() - started
+            status = record["status"] or 500
+            route = _route_label(scope)
+            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.duration.labels(route).observe(duration)
+            record["duration_ms"] = round(duration * 1000, 1)
+            access_log.info(json.dumps(record, ensure_ascii=False))
+            current_request.reset(token)
+
+
+def _route_label(scope: Scope) -> str:
+    """The route template, so unknown paths do not explode the label set."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"

@@ -1,0 +1,108 @@
+"""Replies that are JSON calls: ``llama3_json`` (Llama 3.x) and ``json`` (constrained decoding)."""
+
+from __future__ import annotations
+
+from mellea.serve.parsers._text import JsonExtent, first_non_space
+from mellea.serve.parsers.tool_calls import ToolCallParser, calls_from_json
+
+
+class JsonReplyParser(ToolCallParser):
+    """A reply that starts (after whitespace and an optional tag) with JSON call(s).
+
+    A reply that starts otherwise is all content; so is a value that is not a valid call,
+    together with everything after it.
+    """
+
+    openers = "{["
+    tag = ""  # optional marker before a call, dropped when a call follows
+    separator = ""  # between calls; empty: the reply holds a single JSON value
+    require_args = False
+
+    def __init__(self) -> None:
+        """Start a reply before its first value."""
+        super().__init__()
+        self._state = "expect"
+        self._raw = ""  # consumed text released as content if no valid call follows
+        self._extent = JsonExtent()
+
+    def _advance(self, final: bool) -> None:
+        while self._step(final):
+            pass
+
+    def _step(self, final: bool) -> bool:
+        if self._state == "pass":
+            self._text(self._buf)
+            self._buf = ""
+            return False
+        if self._state == "value":
+            return self._value(final)
+        at = first_non_space(self._buf)
+        space, self._buf = (self._buf, "") if at is None else (self._buf[:at], self._buf[at:])
+        if self._state == "tagged":
+            self._raw += space
+        else:
+            self._text(space)
+        if not self._buf:
+            if final and self._raw:
+                self._fallback()
+            return False
+        if self._state == "sep":
+            if self.separator and self._buf.startswith(self.separator):
+                self._buf = self._buf[len(self.separator) :]
+            self._state = "expect"
+        elif self._buf[0] in self.openers:
+            self._state, self._extent = "value", JsonExtent()
+        elif self._state == "tagged":
+            self._fallback()
+        elif self.tag and self._buf.startswith(self.tag):
+            self._raw, self._buf = self.tag, self._buf[len(self.tag) :]
+            self._state = "tagged"
+        elif self.tag and self.tag.startswith(self._buf) and not final:
+            return False
+        else:
+            self._state = "pass"
+        return True
+
+    def _value(self, final: bool) -> bool:
+        end = self._extent.scan(self._buf)
+        if end is None:
+            if final:
+                self._raw, self._buf = self._raw + self._buf, ""
+                self._fallback()
+            return False
+        region, self._buf = self._buf[:end], self._buf[end:]
+        calls = calls_from_json(region, require_args=self.require_args)
+        if calls is None:
+            self._raw += region
+            self._fallback()
+            return True
+        self._raw = ""
+        for call in calls:
+            self._call(call)
+        self._state = "sep" if self.separator else "pass"
+        return True
+
+    def _fallback(self) -> None:
+        self._text(self._raw)
+        self._raw = ""
+        self._state = "pass"
+
+
+class Llama3JsonToolParser(JsonReplyParser):
+    """Llama 3.x: ``<|python_tag|>{"name": "f", "parameters": {...}}; {...}``.
+
+    The tag is optional and ``"arguments"`` is accepted for ``"parameters"``; the arguments key
+    is required, so a plain JSON answer with a ``"name"`` field stays content.
+    """
+
+    name = "llama3_json"
+    openers = "{"
+    tag = "<|python_tag|>"
+    separator = ";"
+    require_args = True
+
+
+class JsonToolParser(JsonReplyParser):
+    """The whole reply is ``{"name": "f", "arguments": {...}}`` or a list of such objects."""
+
+    name = "json"
