@@ -83,6 +83,14 @@ def serve(
             help="Restart the server when a .py file in the program's folder changes.",
         ),
     ] = False,
+    playground: Annotated[
+        bool,
+        typer.Option(
+            envvar="M_SERVE_PLAYGROUND",
+            rich_help_panel=SERVER,
+            help="Serve the chat playground page at /.",
+        ),
+    ] = True,
     workers: Annotated[
         int,
         typer.Option(
@@ -193,6 +201,7 @@ def serve(
         request_timeout=request_timeout,
         shutdown_grace=shutdown_grace,
         log_prompts=log_prompts,
+        playground=playground,
     )
     raise typer.Exit(run(settings))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -39,6 +39,14 @@ from mellea.serve.stream import (
     before,
     chat_completion_events,
     stream_response,
+    text_completion_events,
+)
+from mellea.serve.text_completion import (
+    Completion,
+    CompletionRequest,
+    completion_options,
+    new_text_completion_id,
+    text_completion,
 )
 
 log = logging.getLogger("mellea.serve")
@@ -91,6 +99,10 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
     app.add_middleware(RequestContext, metrics=metrics)
     _install_error_handlers(app)
     model_name = settings.served_model_name
+    if settings.playground:
+        from cli.serve.playground import mount_playground
+
+        mount_playground(app, model_name=model_name)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -126,7 +138,7 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
         deadline = started + settings.request_timeout if settings.request_timeout else None
         args = serve_arguments(body)
         completion_id, created = new_completion_id(), int(time.time())
-        running = asyncio.ensure_future(_run_program(program, args))
+        running = asyncio.ensure_future(_run(program.call(args)))
         if not body.stream:
             completion = await _complete(running, deadline, completion_id, created, model_name)
             record_usage(metrics, completion.usage)
@@ -150,7 +162,65 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
             shutdown_grace=settings.shutdown_grace,
         )
 
+    @app.post("/v1/completions", response_model=None)
+    async def completions(body: CompletionRequest) -> Completion | Response:
+        """Complete one or more text prompts (legacy completions API)."""
+        started = time.monotonic()
+        deadline = started + settings.request_timeout if settings.request_timeout else None
+        options = completion_options(body)
+        prompts = body.prompts()
+        completion_id, created = new_text_completion_id(), int(time.time())
+        running = [
+            asyncio.ensure_future(_run(program.complete(p, dict(options)))) for p in prompts
+        ]
+        if not body.stream:
+            try:
+                thunks = [await before(deadline, task) for task in running]
+                completion = await before(
+                    deadline,
+                    text_completion(
+                        thunks,
+                        prompts,
+                        completion_id=completion_id,
+                        created=created,
+                        model=model_name,
+                        echo=bool(body.echo),
+                    ),
+                )
+            except StreamTimeoutError:
+                raise _timeout_error() from None
+            finally:
+                for task in running:
+                    task.cancel()
+            record_usage(metrics, completion.usage)
+            return completion
+        await asyncio.wait(running, timeout=settings.first_result_wait)
+        for task in running:
+            if task.done():
+                task.result()  # a fast failure gets a real status
+        events = text_completion_events(
+            list(running),
+            prompts,
+            completion_id=completion_id,
+            created=created,
+            model=model_name,
+            include_usage=bool(body.stream_options and body.stream_options.include_usage),
+            echo=bool(body.echo),
+            deadline=deadline,
+        )
+        return stream_response(
+            events,
+            keepalive_seconds=settings.keepalive_seconds,
+            shutdown_grace=settings.shutdown_grace,
+        )
+
     return app
+
+
+def _timeout_error() -> OpenAIError:
+    return OpenAIError(
+        504, "the request took longer than the server's request timeout", code="timeout"
+    )
 
 
 async def _complete(
@@ -169,9 +239,7 @@ async def _complete(
             chat_completion(thunk, completion_id=completion_id, created=created, model=model),
         )
     except StreamTimeoutError:
-        raise OpenAIError(
-            504, "the request took longer than the server's request timeout", code="timeout"
-        ) from None
+        raise _timeout_error() from None
     except OpenAIError:
         raise
     except Exception as exc:
@@ -181,10 +249,10 @@ async def _complete(
             await thunk.aclose()
 
 
-async def _run_program(program: Program, args: Any) -> ModelOutputThunk:
-    """Call ``serve()`` and normalise what it returns; failures become OpenAI errors."""
+async def _run(call: Awaitable[Any]) -> ModelOutputThunk:
+    """Await a program call and normalise what it returns; failures become OpenAI errors."""
     try:
-        return as_thunk(await program.call(args))
+        return as_thunk(await call)
     except asyncio.CancelledError:
         raise
     except Exception as exc:

@@ -1,4 +1,4 @@
-"""API keys: every route but the health checks needs ``Authorization: Bearer KEY``."""
+"""API keys: every API route needs ``Authorization: Bearer KEY``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cli.serve.responses import send_error
 
-OPEN_PATHS = frozenset({"/health", "/ready"})
+# The health checks, and the playground page with its assets (the page asks for the key).
+OPEN_PATHS = frozenset({"/health", "/ready", "/"})
+OPEN_PREFIXES = ("/playground/",)
 
 
 class ApiKeyAuth:
@@ -27,6 +29,7 @@ class ApiKeyAuth:
         if (
             scope["type"] != "http"
             or scope["path"] in OPEN_PATHS
+            or scope["path"].startswith(OPEN_PREFIXES)
             or scope["method"] == "OPTIONS"  # CORS preflight carries no credentials
             or self._authorized(scope)
         ):

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from mellea.serve.messages import ChatMessage
 from mellea.serve.options import ServeArguments
 
 OPTIONAL_PARAMETERS = ("requirements", "model_options", "format", "client_options")
@@ -26,13 +27,15 @@ class ProgramLoadError(Exception):
 
 @dataclass
 class Program:
-    """A loaded program and how its ``serve()`` wants to be called."""
+    """A loaded program and how its ``serve()`` (and ``serve_completion()``) want to be called."""
 
     path: Path
     module: Any
     serve: Callable[..., Any]
     is_async: bool
     accepts: frozenset[str]
+    serve_completion: Callable[..., Any] | None = None
+    completion_accepts: frozenset[str] = frozenset()
 
     @classmethod
     def load(cls, path: str | Path) -> Program:
@@ -46,16 +49,18 @@ class Program:
             raise ProgramLoadError(f"{path} defines no serve() function")
         if not callable(serve):
             raise ProgramLoadError(f"{path}: serve is a {type(serve).__name__}, not a function")
-        try:
-            parameters = inspect.signature(serve).parameters
-        except (TypeError, ValueError):
-            parameters = {}
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-        accepts = frozenset(name for name in OPTIONAL_PARAMETERS if takes_any or name in parameters)
-        is_async = inspect.iscoroutinefunction(serve) or inspect.iscoroutinefunction(
-            type(serve).__call__
+        completion = getattr(module, "serve_completion", None)
+        if completion is not None and not callable(completion):
+            raise ProgramLoadError(f"{path}: serve_completion is not a function")
+        return cls(
+            path,
+            module,
+            serve,
+            _is_async(serve),
+            _accepted(serve, OPTIONAL_PARAMETERS),
+            completion,
+            _accepted(completion, ("model_options",)) if completion else frozenset(),
         )
-        return cls(path, module, serve, is_async, accepts)
 
     async def call(self, args: ServeArguments) -> Any:
         """Call ``serve()`` with what it declares; sync programs run in a worker thread."""
@@ -66,14 +71,43 @@ class Program:
             "client_options": args.client_options,
         }
         kwargs = {name: value for name, value in candidates.items() if name in self.accepts}
-        if self.is_async:
-            return await self.serve(args.messages, **kwargs)
-        result = await anyio.to_thread.run_sync(
-            functools.partial(self.serve, args.messages, **kwargs)
-        )
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return await _invoke(self.serve, args.messages, kwargs)
+
+    async def complete(self, prompt: str, model_options: dict[str, Any]) -> Any:
+        """Serve one ``/v1/completions`` prompt.
+
+        ``serve_completion(prompt, model_options)`` handles it when the program defines
+        one; otherwise the prompt goes to ``serve()`` as a single user message.
+        """
+        if self.serve_completion is not None:
+            kwargs = {"model_options": model_options} if self.completion_accepts else {}
+            return await _invoke(self.serve_completion, prompt, kwargs)
+        message = ChatMessage(role="user", content=prompt)
+        return await self.call(ServeArguments([message], None, model_options))
+
+
+async def _invoke(fn: Callable[..., Any], first: Any, kwargs: dict[str, Any]) -> Any:
+    """Await an async function, or run a sync one in a worker thread."""
+    if _is_async(fn):
+        return await fn(first, **kwargs)
+    result = await anyio.to_thread.run_sync(functools.partial(fn, first, **kwargs))
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
+def _accepted(fn: Callable[..., Any], names: tuple[str, ...]) -> frozenset[str]:
+    """Which of ``names`` the function declares (all of them if it takes ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return frozenset()
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return frozenset(name for name in names if takes_any or name in parameters)
 
 
 def _import(path: Path) -> Any:

@@ -33,6 +33,7 @@ class ServeSettings:
     request_timeout: float | None = None
     shutdown_grace: float = 30.0
     log_prompts: bool = False
+    playground: bool = True
 
     @property
     def served_model_name(self) -> str:

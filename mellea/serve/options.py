@@ -45,20 +45,7 @@ def serve_arguments(request: ChatCompletionRequest) -> ServeArguments:
     Only values the client sent become model options: no defaults are injected.
     """
     reject_unsupported(request)
-    if request.model_extra:
-        log.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
-    options: dict[str, Any] = {}
-    for name, key in _DIRECT.items():
-        value = getattr(request, name)
-        if value is not None:
-            options[key] = value
-    max_tokens = request.max_completion_tokens or request.max_tokens
-    if max_tokens is not None:
-        options[ModelOption.MAX_NEW_TOKENS] = max_tokens
-    if request.stop:
-        options[ModelOption.STOP_SEQUENCES] = (
-            [request.stop] if isinstance(request.stop, str) else list(request.stop)
-        )
+    options = sampling_options(request)
     if request.tools:
         options[ModelOption.TOOLS] = [tool.model_dump(exclude_none=True) for tool in request.tools]
     if request.tool_choice is not None:
@@ -66,8 +53,6 @@ def serve_arguments(request: ChatCompletionRequest) -> ServeArguments:
         options[ModelOption.TOOL_CHOICE] = (
             choice if isinstance(choice, str) else choice.model_dump()
         )
-    if request.stream:
-        options[ModelOption.STREAM] = True
     format_model = None
     if request.response_format is not None and request.response_format.type != "text":
         options["response_format"] = request.response_format.model_dump(
@@ -86,8 +71,33 @@ def serve_arguments(request: ChatCompletionRequest) -> ServeArguments:
     )
 
 
-def reject_unsupported(request: ChatCompletionRequest) -> None:
-    """400 for values the server cannot honour."""
+def sampling_options(request: Any) -> dict[str, Any]:
+    """Model options for the sampling fields chat and text completions share.
+
+    Only values the client sent are copied; unknown fields are logged.
+    """
+    reject_common(request)
+    if request.model_extra:
+        log.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
+    options: dict[str, Any] = {}
+    for name, key in _DIRECT.items():
+        value = getattr(request, name, None)
+        if value is not None:
+            options[key] = value
+    max_tokens = getattr(request, "max_completion_tokens", None) or request.max_tokens
+    if max_tokens is not None:
+        options[ModelOption.MAX_NEW_TOKENS] = max_tokens
+    if request.stop:
+        options[ModelOption.STOP_SEQUENCES] = (
+            [request.stop] if isinstance(request.stop, str) else list(request.stop)
+        )
+    if request.stream:
+        options[ModelOption.STREAM] = True
+    return options
+
+
+def reject_common(request: Any) -> None:
+    """400 for shared fields whose values the server cannot honour."""
     if request.n is not None and request.n > 1:
         raise OpenAIError(400, "n > 1 is not supported; send one request per choice", param="n")
     if request.logprobs:
@@ -104,6 +114,10 @@ def reject_unsupported(request: ChatCompletionRequest) -> None:
                 )
     if isinstance(request.stop, list) and any(s == "" for s in request.stop):
         raise OpenAIError(400, "stop sequences must not be empty", param="stop")
+
+
+def reject_unsupported(request: ChatCompletionRequest) -> None:
+    """400 for chat values the server cannot honour."""
     choice = request.tool_choice
     if choice is not None and not isinstance(choice, str):
         names = {tool.function.name for tool in request.tools or []}

@@ -115,16 +115,8 @@ async def chat_completion_events(
             yield chunk(Delta(), usage=usage or Usage())
     except (asyncio.CancelledError, GeneratorExit):
         raise
-    except StreamTimeoutError:
-        message = "the request took longer than the server's request timeout"
-        yield {"data": _json(error_body(message, "timeout_error", None, "timeout"))}
-    except OpenAIError as exc:
-        yield {"data": _json(exc.body())}
-    except RequestError as exc:
-        yield {"data": _json(error_body(exc.message, exc.error_type, exc.param, exc.code))}
-    except Exception:
-        log.exception("the program failed while streaming %s", completion_id)
-        yield {"data": _json(server_error_body())}
+    except Exception as exc:
+        yield error_event(exc, completion_id)
     finally:
         if thunk is not None and not thunk.is_computed():
             await asyncio.shield(thunk.aclose())
@@ -147,7 +139,92 @@ def stream_response(
     )
 
 
+def error_event(exc: Exception, completion_id: str) -> dict[str, str]:
+    """The error frame for a failure after the stream started (no internals in it)."""
+    if isinstance(exc, StreamTimeoutError):
+        message = "the request took longer than the server's request timeout"
+        body = error_body(message, "timeout_error", None, "timeout")
+    elif isinstance(exc, OpenAIError):
+        body = exc.body()
+    elif isinstance(exc, RequestError):
+        body = error_body(exc.message, exc.error_type, exc.param, exc.code)
+    else:
+        log.error("the program failed while streaming %s", completion_id, exc_info=exc)
+        body = server_error_body()
+    return {"data": _json(body)}
+
+
 def _json(body: dict[str, Any]) -> str:
     import json
 
     return json.dumps(body, ensure_ascii=False)
+
+
+async def text_completion_events(
+    sources: list[ModelOutputThunk | Awaitable[ModelOutputThunk]],
+    prompts: list[str],
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    include_usage: bool = False,
+    echo: bool = False,
+    deadline: float | None = None,
+) -> AsyncIterator[dict[str, str]]:
+    """SSE events for a streamed ``/v1/completions`` reply, one choice per prompt.
+
+    The prompts run concurrently; their chunks interleave, each with its ``index``.
+    """
+    from mellea.serve.text_completion import Completion, CompletionChoice, add_usage
+
+    # (index, text or failure, finish reason): pumps never raise, they hand failures over.
+    queue: asyncio.Queue[tuple[int, str | BaseException | None, Any]] = asyncio.Queue()
+    total = Usage()
+
+    def frame(choices: list[CompletionChoice], usage: Usage | None = None) -> dict[str, str]:
+        body = Completion(id=completion_id, created=created, model=model, choices=choices)
+        body.usage = usage
+        return {"data": body.model_dump_json()}
+
+    async def pump(index: int, source: Any) -> None:
+        thunk: ModelOutputThunk | None = None
+        try:
+            thunk = await before(deadline, source) if inspect.isawaitable(source) else source
+            if echo:
+                await queue.put((index, prompts[index], None))
+            while True:
+                text = await before(deadline, thunk.astream())
+                if text:
+                    await queue.put((index, text, None))
+                elif thunk.is_computed():
+                    break
+            add_usage(total, usage_of(thunk))
+            reason = finish_reason_of(thunk)
+            await queue.put((index, None, "stop" if reason == "tool_calls" else reason))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await queue.put((index, exc, None))
+        finally:
+            if thunk is not None and not thunk.is_computed():
+                await asyncio.shield(thunk.aclose())
+
+    tasks = [asyncio.ensure_future(pump(i, source)) for i, source in enumerate(sources)]
+    try:
+        finished = 0
+        while finished < len(tasks):
+            index, item, reason = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            finished += reason is not None
+            yield frame([CompletionChoice(index=index, text=item or "", finish_reason=reason)])
+        if include_usage:
+            yield frame([], usage=total)
+    except (asyncio.CancelledError, GeneratorExit):
+        raise
+    except Exception as exc:
+        yield error_event(exc, completion_id)
+    finally:
+        for task in tasks:
+            task.cancel()
+    yield {"data": DONE}

@@ -1,0 +1,129 @@
+"""The legacy ``/v1/completions`` contract: prompt in, text out."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mellea.core.thunk import ModelOutputThunk
+from mellea.serve.completion import finish_reason_of, usage_of
+from mellea.serve.errors import OpenAIError
+from mellea.serve.protocol import StreamOptions, Usage, WireModel
+
+
+class CompletionRequest(BaseModel):
+    """A ``POST /v1/completions`` body. Unknown fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    n: int | None = Field(default=None, ge=1, le=128)
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    echo: bool | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    suffix: str | None = None
+    best_of: int | None = Field(default=None, ge=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=10)
+
+    def prompts(self) -> list[str]:
+        """The prompts as strings; 400 for token-id prompts and empty lists."""
+        if isinstance(self.prompt, str):
+            return [self.prompt]
+        if not self.prompt:
+            raise OpenAIError(400, "prompt must not be empty", param="prompt")
+        if all(isinstance(p, str) for p in self.prompt):
+            return list(self.prompt)  # type: ignore[arg-type]
+        raise OpenAIError(400, "token-id prompts are not supported; send text", param="prompt")
+
+    def reject_unsupported(self) -> None:
+        """400 for completion fields the server cannot honour."""
+        if self.suffix is not None:
+            raise OpenAIError(400, "suffix is not supported by this server", param="suffix")
+        if self.best_of is not None and self.best_of > 1:
+            raise OpenAIError(400, "best_of > 1 is not supported", param="best_of")
+
+
+class CompletionChoice(WireModel):
+    """One prompt's completion."""
+
+    keep_none = frozenset({"logprobs", "finish_reason"})
+    index: int
+    text: str
+    logprobs: None = None
+    finish_reason: Literal["stop", "length", "content_filter"] | None = None
+
+
+def new_text_completion_id() -> str:
+    """A fresh ``cmpl-...`` id."""
+    return f"cmpl-{uuid.uuid4().hex}"
+
+
+class Completion(WireModel):
+    """A non-streamed text completion, or one streamed chunk of it (same shape)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+
+
+async def text_completion(
+    thunks: list[ModelOutputThunk],
+    prompts: list[str],
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    echo: bool = False,
+) -> Completion:
+    """Await every prompt's reply and build the non-streamed completion."""
+    choices = []
+    total = Usage()
+    for index, (thunk, prompt) in enumerate(zip(thunks, prompts, strict=True)):
+        text = await thunk.avalue()
+        reason = finish_reason_of(thunk)
+        choices.append(
+            CompletionChoice(
+                index=index,
+                text=(prompt + text) if echo else text,
+                finish_reason="stop" if reason == "tool_calls" else reason,
+            )
+        )
+        add_usage(total, usage_of(thunk))
+    return Completion(id=completion_id, created=created, model=model, choices=choices, usage=total)
+
+
+def add_usage(total: Usage, usage: Usage | None) -> None:
+    """Add ``usage`` into ``total`` in place."""
+    if usage is None:
+        return
+    total.prompt_tokens += usage.prompt_tokens
+    total.completion_tokens += usage.completion_tokens
+    total.total_tokens += usage.total_tokens
+
+
+def completion_options(request: CompletionRequest) -> dict[str, Any]:
+    """Model options for a completion request (only what the client sent)."""
+    from mellea.serve.options import sampling_options
+
+    request.reject_unsupported()
+    return sampling_options(request)
