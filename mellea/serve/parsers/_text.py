@@ -90,16 +90,18 @@ class JsonExtent:
 
 
 class TrimmedText:
-    """One output channel whose whitespace touching a removed span (tag, tool call) is dropped.
+    """One output channel that drops whitespace touching a removed span (tag, tool call).
 
-    Trailing whitespace is held until non-whitespace follows (released) or a removed span
-    follows (dropped); leading whitespace after a removed span is dropped.
+    Whitespace on both sides of a removed span collapses: to nothing at the start or end of
+    the channel, to the whitespace before the span between two pieces of text. So trailing
+    whitespace is held until it is known which case applies.
     """
 
     def __init__(self, trim_start: bool = False) -> None:
         """``trim_start``: drop the whitespace the channel starts with."""
         self._pending = ""
         self._trim_start = trim_start
+        self._started = False  # whether any text was released
 
     def push(self, text: str) -> str:
         """Add text; return what can be released now."""
@@ -111,14 +113,16 @@ class TrimmedText:
         text = self._pending + text
         body = text.rstrip()
         self._pending = text[len(body) :]
+        self._started = self._started or bool(body)
         return body
 
     def cut(self) -> None:
-        """A removed span comes here: drop held whitespace and the whitespace after it."""
-        self._pending = ""
+        """A span was removed here."""
+        if not self._started:
+            self._pending = ""
         self._trim_start = True
 
     def flush(self) -> str:
-        """End of the channel: release held whitespace."""
+        """End of the channel: release held whitespace unless a removed span came last."""
         pending, self._pending = self._pending, ""
-        return pending
+        return "" if self._trim_start else pending

@@ -1,4 +1,4 @@
-"""Hermes-style calls (Hermes 2/3, Qwen2.5, Qwen3): ``<tool_call>{"name", "arguments"}</tool_call>``."""
+"""Hermes-style calls, also used by Qwen2.5 and Qwen3: ``<tool_call>{json}</tool_call>``."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class MarkedCallParser(ToolCallParser):
 
 
 class HermesToolParser(MarkedCallParser):
-    """``<tool_call>{"name": "f", "arguments": {...}}</tool_call>``, repeated, text allowed around."""
+    """``<tool_call>{"name": "f", "arguments": {...}}</tool_call>``, repeated, text around."""
 
     name = "hermes"
     start = "<tool_call>"

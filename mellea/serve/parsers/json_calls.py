@@ -1,4 +1,4 @@
-"""Replies that are JSON calls: ``llama3_json`` (Llama 3.x) and ``json`` (constrained decoding)."""
+"""Replies that are JSON calls: ``llama3_json``, ``granite`` and ``json`` (constrained decoding)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ class JsonReplyParser(ToolCallParser):
     """
 
     openers = "{["
-    tag = ""  # optional marker before a call, dropped when a call follows
+    tags: tuple[str, ...] = ()  # optional markers before a call, dropped when a call follows
     separator = ""  # between calls; empty: the reply holds a single JSON value
     require_args = False
 
@@ -54,10 +54,10 @@ class JsonReplyParser(ToolCallParser):
             self._state, self._extent = "value", JsonExtent()
         elif self._state == "tagged":
             self._fallback()
-        elif self.tag and self._buf.startswith(self.tag):
-            self._raw, self._buf = self.tag, self._buf[len(self.tag) :]
+        elif tag := next((t for t in self.tags if self._buf.startswith(t)), None):
+            self._raw, self._buf = tag, self._buf[len(tag) :]
             self._state = "tagged"
-        elif self.tag and self.tag.startswith(self._buf) and not final:
+        elif not final and any(t.startswith(self._buf) for t in self.tags):
             return False
         else:
             self._state = "pass"
@@ -97,9 +97,19 @@ class Llama3JsonToolParser(JsonReplyParser):
 
     name = "llama3_json"
     openers = "{"
-    tag = "<|python_tag|>"
+    tags = ("<|python_tag|>",)
     separator = ";"
     require_args = True
+
+
+class GraniteToolParser(JsonReplyParser):
+    """Granite 3.x: ``<|tool_call|>[{"name": "f", "arguments": {...}}, ...]``.
+
+    Granite 3.1+ may write the marker as ``<tool_call>``; Granite 4 uses ``hermes``.
+    """
+
+    name = "granite"
+    tags = ("<|tool_call|>", "<tool_call>")
 
 
 class JsonToolParser(JsonReplyParser):

@@ -2,8 +2,9 @@
 
 Like the tool-call parsers, each format is one incremental state machine and ``parse`` runs it
 on the whole text, so streamed deltas joined always equal the one-shot result. Reasoning is
-trimmed of surrounding whitespace and content of the whitespace right after ``</think>``;
-only a possible partial tag and trailing whitespace are held back while streaming.
+trimmed of surrounding whitespace; in content, the whitespace around the block collapses to
+the whitespace before it (to nothing at the start or end). Only a possible partial tag and
+trailing whitespace are held back while streaming.
 
 Tool calls come after the reasoning: chain the parsers by feeding each content delta of the
 reasoning parser to the tool-call parser (see :class:`mellea.serve.parsers.ReplyParser`).
@@ -80,9 +81,9 @@ class ReasoningParser:
             return False
         self._emit(inside, self._buf[:at])
         self._buf = self._buf[at + len(tag) :]
-        self._content.cut()
         if inside:
             self._reasoning.cut()
+        self._content.cut()
         self._state = "content" if inside else "reasoning"
         return True
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from mellea.serve.parsers.hermes import HermesToolParser
-from mellea.serve.parsers.json_calls import JsonToolParser, Llama3JsonToolParser
+from mellea.serve.parsers.json_calls import (
+    GraniteToolParser,
+    JsonToolParser,
+    Llama3JsonToolParser,
+)
 from mellea.serve.parsers.mistral import MistralToolParser
 from mellea.serve.parsers.pythonic import PythonicToolParser
 from mellea.serve.parsers.reasoning import (
@@ -20,6 +24,7 @@ TOOL_PARSERS: dict[str, type[ToolCallParser]] = {
         Llama3JsonToolParser,
         MistralToolParser,
         PythonicToolParser,
+        GraniteToolParser,
         JsonToolParser,
     )
 }

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mellea.serve.parsers.reasoning import ReasoningParser
-from mellea.serve.parsers.tool_calls import ParsedToolCall, StreamDelta, ToolCallDelta
+from mellea.serve.parsers.tool_calls import (
+    ParsedToolCall,
+    StreamDelta,
+    ToolCallDelta,
+    ToolCallParser,
+)
 
 
 @dataclass

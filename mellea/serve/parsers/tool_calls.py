@@ -11,8 +11,9 @@ what ``parse`` returns:
 
 Arguments are always re-serialized in one canonical form, ``json.dumps(args,
 ensure_ascii=False)`` (what ``ModelToolCall.arguments_json`` returns), whatever spacing the
-model used. Whitespace that only separates content from a call is dropped, so content is
-held back only while it could be the start of a call marker or is trailing whitespace.
+model used. Whitespace around a call collapses (to nothing at the start or end of the content,
+to the whitespace before the call between two pieces of text), so content is held back only
+while it could be the start of a call marker or is trailing whitespace.
 Malformed calls are released as content; no model output makes a parser raise.
 """
 
