@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from mellea.serve.messages import ChatMessage
 
+MAX_INT32 = 2**31 - 1  # bound for counts, so absurd numbers are a 400, not an overflow
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
 
 
@@ -78,11 +79,11 @@ class ChatCompletionRequest(BaseModel):
     model: str | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
     n: int | None = Field(default=None, ge=1, le=128)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None
@@ -98,7 +99,7 @@ class ChatCompletionRequest(BaseModel):
     metadata: dict[str, str] | None = None
     store: bool | None = None
     # Extensions common among compatible servers.
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=0, le=MAX_INT32)
     min_p: float | None = Field(default=None, ge=0, le=1)
     repetition_penalty: float | None = Field(default=None, gt=0, le=10)
     # The mellea extension: requirements the program should check its output against.

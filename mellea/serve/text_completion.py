@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mellea.core.thunk import ModelOutputThunk
 from mellea.serve.completion import finish_reason_of, usage_of
 from mellea.serve.errors import OpenAIError
-from mellea.serve.protocol import StreamOptions, Usage, WireModel
+from mellea.serve.protocol import MAX_INT32, StreamOptions, Usage, WireModel
 
 
 class CompletionRequest(BaseModel):
@@ -21,14 +21,14 @@ class CompletionRequest(BaseModel):
 
     prompt: str | list[str] | list[int] | list[list[int]]
     model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     n: int | None = Field(default=None, ge=1, le=128)
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     echo: bool | None = None
     logprobs: int | None = Field(default=None, ge=0, le=5)
     suffix: str | None = None
@@ -37,7 +37,7 @@ class CompletionRequest(BaseModel):
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=0, le=MAX_INT32)
     min_p: float | None = Field(default=None, ge=0, le=1)
     repetition_penalty: float | None = Field(default=None, gt=0, le=10)
 
