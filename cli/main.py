@@ -14,7 +14,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-SERVER, LIMITS, SECURITY = "Server", "Limits", "Security"
+SERVER, MODEL, LIMITS, SECURITY = "Server", "Model output", "Limits", "Security"
 
 
 def _version(value: bool) -> None:
@@ -108,6 +108,22 @@ def serve(
             help="Seconds between SSE keep-alive comments while a stream is idle.",
         ),
     ] = 5.0,
+    tool_call_parser: Annotated[
+        str,
+        typer.Option(
+            envvar="M_SERVE_TOOL_CALL_PARSER",
+            rich_help_panel=MODEL,
+            help="Format of tool calls in the model's text: hermes, llama3_json, mistral, pythonic, json, granite; 'none' to leave the text alone.",
+        ),
+    ] = "hermes",
+    reasoning_parser: Annotated[
+        str | None,
+        typer.Option(
+            envvar="M_SERVE_REASONING_PARSER",
+            rich_help_panel=MODEL,
+            help="Split reasoning out of the reply: qwen3 (<think>...</think>) or deepseek_r1 \\[default: none].",
+        ),
+    ] = None,
     max_request_bytes: Annotated[
         int,
         typer.Option(
@@ -202,6 +218,8 @@ def serve(
         shutdown_grace=shutdown_grace,
         log_prompts=log_prompts,
         playground=playground,
+        tool_call_parser=None if tool_call_parser.lower() == "none" else tool_call_parser,
+        reasoning_parser=reasoning_parser,
     )
     raise typer.Exit(run(settings))
 

@@ -27,6 +27,7 @@ from mellea.core.thunk import ModelOutputThunk
 from mellea.serve.completion import as_thunk, chat_completion
 from mellea.serve.errors import ERROR_TYPES, OpenAIError, error_body, param_path, server_error_body
 from mellea.serve.options import serve_arguments
+from mellea.serve.parsers import ReplyParser, get_reasoning_parser, get_tool_parser
 from mellea.serve.protocol import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -104,6 +105,19 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
 
         mount_playground(app, model_name=model_name)
 
+    def reply_parser(body: ChatCompletionRequest) -> ReplyParser | None:
+        """Fresh parsers for one reply: reasoning always (if set), tool calls if tools were sent."""
+        reasoning = (
+            get_reasoning_parser(settings.reasoning_parser) if settings.reasoning_parser else None
+        )
+        wants_tools = bool(body.tools) and body.tool_choice != "none"
+        tools = (
+            get_tool_parser(settings.tool_call_parser)
+            if wants_tools and settings.tool_call_parser
+            else None
+        )
+        return ReplyParser(reasoning, tools) if reasoning or tools else None
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         """Liveness: the server is up."""
@@ -139,8 +153,11 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
         args = serve_arguments(body)
         completion_id, created = new_completion_id(), int(time.time())
         running = asyncio.ensure_future(_run(program.call(args)))
+        parser = reply_parser(body)
         if not body.stream:
-            completion = await _complete(running, deadline, completion_id, created, model_name)
+            completion = await _complete(
+                running, deadline, completion_id, created, model_name, parser
+            )
             record_usage(metrics, completion.usage)
             return completion
         # Give the program a moment: if it fails fast, the client gets a real status.
@@ -155,6 +172,7 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
             include_usage=include_usage,
             deadline=deadline,
             observer=StreamTimer(metrics, started),
+            parser=parser,
         )
         return stream_response(
             events,
@@ -170,9 +188,7 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
         options = completion_options(body)
         prompts = body.prompts()
         completion_id, created = new_text_completion_id(), int(time.time())
-        running = [
-            asyncio.ensure_future(_run(program.complete(p, dict(options)))) for p in prompts
-        ]
+        running = [asyncio.ensure_future(_run(program.complete(p, dict(options)))) for p in prompts]
         if not body.stream:
             try:
                 thunks = [await before(deadline, task) for task in running]
@@ -229,6 +245,7 @@ async def _complete(
     completion_id: str,
     created: int,
     model: str,
+    parser: ReplyParser | None,
 ) -> ChatCompletion:
     """The non-streamed reply; past the deadline the generation is cancelled (504)."""
     thunk: ModelOutputThunk | None = None
@@ -236,7 +253,9 @@ async def _complete(
         thunk = await before(deadline, running)
         return await before(
             deadline,
-            chat_completion(thunk, completion_id=completion_id, created=created, model=model),
+            chat_completion(
+                thunk, completion_id=completion_id, created=created, model=model, parser=parser
+            ),
         )
     except StreamTimeoutError:
         raise _timeout_error() from None

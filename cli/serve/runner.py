@@ -11,7 +11,7 @@ from typing import Any
 import typer
 import uvicorn
 
-from cli.serve.settings import ServeSettings
+from cli.serve.settings import ServeSettings, SettingsError, check_settings
 
 log = logging.getLogger("mellea.serve")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
@@ -20,6 +20,11 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 def run(settings: ServeSettings) -> int:
     """Serve until interrupted or terminated; returns the process exit code."""
     _configure_logging(settings.log_level)
+    try:
+        check_settings(settings)
+    except SettingsError as exc:
+        typer.secho(f"Error: {exc}", fg="red", err=True)
+        return 1
     program_path = Path(settings.program).expanduser().resolve()
     settings.program = str(program_path)
     common: dict[str, Any] = {

@@ -34,6 +34,8 @@ class ServeSettings:
     shutdown_grace: float = 30.0
     log_prompts: bool = False
     playground: bool = True
+    tool_call_parser: str | None = "hermes"
+    reasoning_parser: str | None = None
 
     @property
     def served_model_name(self) -> str:
@@ -56,3 +58,20 @@ def read_api_keys(keys: list[str], key_file: Path | None) -> list[str]:
     if key_file is not None:
         found += [line.strip() for line in key_file.read_text().splitlines() if line.strip()]
     return found
+
+
+class SettingsError(ValueError):
+    """A setting that cannot work; the message is one line meant for the user."""
+
+
+def check_settings(settings: ServeSettings) -> None:
+    """Fail at start-up, not on the first request, for settings that cannot work."""
+    from mellea.serve.parsers import get_reasoning_parser, get_tool_parser
+
+    try:
+        if settings.tool_call_parser:
+            get_tool_parser(settings.tool_call_parser)
+        if settings.reasoning_parser:
+            get_reasoning_parser(settings.reasoning_parser)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None

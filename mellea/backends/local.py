@@ -112,6 +112,10 @@ class LocalBackend(Backend):
             messages = _with_schema_hint(messages, format)
         tools = openai_tools(options.get(ModelOption.TOOLS))
         prompt = self.engine.apply_chat_template(messages, tools=tools or None)
+        if tools and prompt == self.engine.apply_chat_template(messages):
+            # The model's chat template ignores tools: describe them ourselves, in the
+            # hermes format the server's default tool-call parser reads.
+            prompt = self.engine.apply_chat_template(with_tool_instructions(messages, tools))
         try:
             stream = self.engine.add_request(prompt, sampling_params(options))
         except PromptTooLongError as exc:
@@ -178,3 +182,24 @@ def _with_schema_hint(messages: list[dict[str, Any]], format: type) -> list[dict
     messages = [dict(m) for m in messages]
     messages[-1]["content"] = f"{messages[-1].get('content') or ''}\n\n{schema_hint(format)}"
     return messages
+
+
+TOOL_INSTRUCTIONS = (
+    "You can call functions. To call one, answer with exactly\n"
+    '<tool_call>{{"name": "<function name>", "arguments": {{<JSON arguments>}}}}</tool_call>\n'
+    "and nothing else. The functions:\n{tools}"
+)
+
+
+def with_tool_instructions(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``messages`` with the tools described in the system message (created if absent)."""
+    import json
+
+    text = TOOL_INSTRUCTIONS.format(tools="\n".join(json.dumps(t["function"]) for t in tools))
+    if messages and messages[0].get("role") == "system":
+        first = dict(messages[0])
+        first["content"] = f"{first.get('content') or ''}\n\n{text}"
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": text}, *messages]

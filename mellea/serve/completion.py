@@ -6,6 +6,7 @@ from typing import Any
 
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
+from mellea.serve.parsers import ReplyParser
 from mellea.serve.protocol import (
     AssistantMessage,
     ChatCompletion,
@@ -76,16 +77,40 @@ def finish_reason_of(thunk: ModelOutputThunk) -> FinishReason:
 
 
 async def chat_completion(
-    thunk: ModelOutputThunk, *, completion_id: str, created: int, model: str
+    thunk: ModelOutputThunk,
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    parser: ReplyParser | None = None,
 ) -> ChatCompletion:
-    """Await the whole reply and build the non-streamed completion."""
+    """Await the whole reply and build the non-streamed completion.
+
+    With a ``parser``, reasoning and tool calls written in the model's text are split
+    out into ``reasoning_content`` and ``tool_calls``.
+    """
     text = await thunk.avalue()
-    calls = tool_calls_of(thunk)
-    message = AssistantMessage(content=text if text or not calls else None, tool_calls=calls)
+    reasoning, content = None, text
+    calls = tool_calls_of(thunk) or []
+    if parser is not None:
+        reasoning, parsed_content, parsed = parser.parse(text)
+        content = parsed_content or ""
+        calls += [
+            ResponseToolCall(
+                id=c.id, function=ResponseFunctionCall(name=c.name, arguments=c.arguments)
+            )
+            for c in parsed
+        ]
+    message = AssistantMessage(
+        content=content if content or not calls else None,
+        tool_calls=calls or None,
+        reasoning_content=reasoning,
+    )
+    finish = "tool_calls" if calls else finish_reason_of(thunk)
     return ChatCompletion(
         id=completion_id,
         created=created,
         model=model,
-        choices=[Choice(message=message, finish_reason=finish_reason_of(thunk))],
+        choices=[Choice(message=message, finish_reason=finish)],
         usage=usage_of(thunk),
     )

@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from sse_starlette.sse import EventSourceResponse
@@ -20,6 +20,7 @@ from mellea.core.errors import RequestError
 from mellea.core.thunk import ModelOutputThunk
 from mellea.serve.completion import finish_reason_of, tool_calls_of, usage_of
 from mellea.serve.errors import OpenAIError, error_body, server_error_body
+from mellea.serve.parsers import ReplyDelta, ReplyParser
 from mellea.serve.protocol import (
     ChatCompletionChunk,
     ChunkChoice,
@@ -69,8 +70,12 @@ async def chat_completion_events(
     include_usage: bool = False,
     deadline: float | None = None,
     observer: StreamObserver | None = None,
+    parser: ReplyParser | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """SSE events (``{"data": ...}`` dicts) for one streamed chat completion.
+
+    With a ``parser``, reasoning goes out as ``reasoning_content`` deltas and tool
+    calls in the text as ``tool_calls`` deltas, never as content.
 
     ``source`` may still be an awaitable (the program is still running); its
     failure then becomes an error frame. If the consumer stops early (the client
@@ -89,25 +94,53 @@ async def chat_completion_events(
     try:
         thunk = await before(deadline, source) if inspect.isawaitable(source) else source
         yield chunk(Delta(role="assistant", content=""))
+        calls_sent = 0
+
+        def reply_frames(delta: ReplyDelta) -> Iterator[dict[str, str]]:
+            nonlocal calls_sent
+            if delta.reasoning:
+                yield chunk(Delta(reasoning_content=delta.reasoning))
+            if delta.content:
+                yield chunk(Delta(content=delta.content))
+            for call in delta.tool_calls:
+                yield from call_frames(calls_sent, call.id, call.name or "", call.arguments or "")
+                calls_sent += 1
+
+        def call_frames(
+            index: int, call_id: str | None, name: str, arguments: str
+        ) -> Iterator[dict[str, str]]:
+            opening = ChunkToolCall(
+                index=index,
+                id=call_id,
+                type="function",
+                function=ChunkToolCallFunction(name=name, arguments=""),
+            )
+            yield chunk(Delta(tool_calls=[opening]))
+            fragment = ChunkToolCallFunction(arguments=arguments)
+            yield chunk(Delta(tool_calls=[ChunkToolCall(index=index, function=fragment)]))
+
         while True:
             text = await before(deadline, thunk.astream())
             if text:
                 if observer is not None:
                     observer.on_content()
-                yield chunk(Delta(content=text))
+                if parser is None:
+                    yield chunk(Delta(content=text))
+                else:
+                    for frame in reply_frames(parser.feed(text)):
+                        yield frame
             elif thunk.is_computed():
                 break
-        for index, call in enumerate(tool_calls_of(thunk) or []):
-            opening = ChunkToolCall(
-                index=index,
-                id=call.id,
-                type="function",
-                function=ChunkToolCallFunction(name=call.function.name, arguments=""),
-            )
-            yield chunk(Delta(tool_calls=[opening]))
-            arguments = ChunkToolCallFunction(arguments=call.function.arguments)
-            yield chunk(Delta(tool_calls=[ChunkToolCall(index=index, function=arguments)]))
-        yield chunk(Delta(), finish=finish_reason_of(thunk))
+        if parser is not None:
+            for frame in reply_frames(parser.finish()):
+                yield frame
+        for call in tool_calls_of(thunk) or []:
+            for frame in call_frames(
+                calls_sent, call.id, call.function.name, call.function.arguments
+            ):
+                yield frame
+            calls_sent += 1
+        yield chunk(Delta(), finish="tool_calls" if calls_sent else finish_reason_of(thunk))
         usage = usage_of(thunk)
         if observer is not None:
             observer.on_finish(usage)
