@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -21,6 +21,7 @@ from cli.serve.auth import ApiKeyAuth
 from cli.serve.limits import BodySizeLimit
 from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
 from cli.serve.program import Program
+from cli.serve.reload import watch_program
 from cli.serve.settings import ServeSettings
 from mellea.core.errors import RequestError
 from mellea.core.thunk import ModelOutputThunk
@@ -53,8 +54,13 @@ from mellea.serve.text_completion import (
 log = logging.getLogger("mellea.serve")
 
 
-def create_app(program: Program, settings: ServeSettings) -> FastAPI:
-    """Build the HTTP app serving ``program`` (no global state: call it as often as needed)."""
+def create_app(
+    program: Program, settings: ServeSettings, on_ready: Callable[[], None] | None = None
+) -> FastAPI:
+    """Build the HTTP app serving ``program`` (no global state: call it as often as needed).
+
+    ``on_ready`` runs once the app has started and the local model is warm.
+    """
     metrics = ServerMetrics()
 
     @asynccontextmanager
@@ -64,9 +70,20 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
         warmed = await warm_up()
         if warmed:
             log.info("warmed up %d local engine(s)", warmed)
+        stop = asyncio.Event()
+        watcher = (
+            asyncio.create_task(watch_program(app.state, program.path, stop))
+            if settings.reload
+            else None
+        )
         app.state.ready = True
+        if on_ready is not None:
+            on_ready()
         yield
         app.state.ready = False
+        stop.set()
+        if watcher is not None:
+            await asyncio.gather(watcher, return_exceptions=True)
 
     app = FastAPI(
         title="m serve",
@@ -152,7 +169,7 @@ def create_app(program: Program, settings: ServeSettings) -> FastAPI:
         deadline = started + settings.request_timeout if settings.request_timeout else None
         args = serve_arguments(body)
         completion_id, created = new_completion_id(), int(time.time())
-        running = asyncio.ensure_future(_run(program.call(args)))
+        running = asyncio.ensure_future(_run(app.state.program.call(args)))
         parser = reply_parser(body)
         if not body.stream:
             completion = await _complete(

@@ -35,24 +35,20 @@ def run(settings: ServeSettings) -> int:
         "timeout_graceful_shutdown": settings.shutdown_grace,
         "log_config": None,
     }
-    if settings.reload or settings.workers > 1:
+    if settings.workers > 1:
         # uvicorn starts fresh server processes; they rebuild the app from the environment.
         if not program_path.is_file():
             typer.secho(f"Error: program file not found: {program_path}", fg="red", err=True)
             return 1
         settings.to_env()
         _announce(settings)
-        extra: dict[str, Any] = (
-            {"reload": True, "reload_dirs": [str(program_path.parent)], "reload_includes": ["*.py"]}
-            if settings.reload
-            else {"workers": settings.workers}
+        uvicorn.run(
+            "cli.serve.runner:app_from_env", factory=True, workers=settings.workers, **common
         )
-        uvicorn.run("cli.serve.runner:app_from_env", factory=True, **common, **extra)
         return 0
-    app = _build_or_exit(settings)
+    app = _build_or_exit(settings, on_ready=lambda: _announce(settings))
     if app is None:
         return 1
-    _announce(settings)
     server = DrainingServer(uvicorn.Config(app, **common), app)
     server.run()
     return 0
@@ -87,24 +83,34 @@ def app_from_env() -> Any:
     return app
 
 
-def _build_or_exit(settings: ServeSettings) -> Any:
+def _build_or_exit(settings: ServeSettings, on_ready: Any = None) -> Any:
     from cli.serve.app import create_app
     from cli.serve.program import Program, ProgramLoadError
+    from cli.serve.progress import install_progress
 
+    install_progress()
     log.info("loading program %s", settings.program)
     try:
         program = Program.load(settings.program)
     except ProgramLoadError as exc:
         typer.secho(f"Error: could not load the program: {exc}", fg="red", err=True)
         return None
-    return create_app(program, settings)
+    return create_app(program, settings, on_ready=on_ready)
 
 
 def _announce(settings: ServeSettings) -> None:
     base = f"http://{settings.host}:{settings.port}"
-    typer.echo(f"m serve: {Path(settings.program).name} as model {settings.served_model_name!r}")
-    typer.echo(f"  API base:  {base}/v1   (POST /v1/chat/completions, GET /v1/models)")
-    typer.echo(f"  Health:    {base}/health   Ready: {base}/ready   Metrics: {base}/metrics")
+    typer.echo(
+        f"m serve: {Path(settings.program).name} is ready, as model {settings.served_model_name!r}"
+    )
+    if settings.playground:
+        typer.echo(f"  Playground:  {base}/")
+    typer.echo(f"  API base:    {base}/v1   (chat/completions, completions, responses, models)")
+    typer.echo(f"  Health:      {base}/health   Ready: {base}/ready   Metrics: {base}/metrics")
+    if settings.reload:
+        typer.echo(
+            f"  Reloading the program when .py files in {Path(settings.program).parent} change"
+        )
 
 
 def _configure_logging(level: str) -> None:

@@ -26,6 +26,27 @@ BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_ALIASES = {None, "", "default", DEFAULT_MODEL_ID, DEFAULT_MODEL_ID.lower()}
 
 Reporter = Callable[[str], None]
+StepHook = Callable[[str], contextlib.AbstractContextManager[None]]
+
+# How a long step (the first-start conversion) is shown; the CLI installs a progress
+# display, library users get log lines.
+_step_hook: StepHook | None = None
+
+
+def set_step_hook(hook: StepHook | None) -> None:
+    """Show long loading steps with ``hook(description)`` (a context manager), or log them."""
+    global _step_hook
+    _step_hook = hook
+
+
+@contextlib.contextmanager
+def _logged_step(description: str) -> Iterator[None]:
+    log.info("%s ...", description)
+    yield
+
+
+def _step(description: str) -> contextlib.AbstractContextManager[None]:
+    return (_step_hook or _logged_step)(description)
 
 
 class ModelNotFoundError(RuntimeError):
@@ -113,11 +134,11 @@ def _converted_gguf(gguf: Path, name: str, report: Reporter) -> Path:
         if (target / "config.json").is_file():  # another process converted it meanwhile
             report(f"model: {name} from cache {target}")
             return target
-        report(f"model: converting {gguf.name} to safetensors (first start only) into {target}")
         started = time.monotonic()
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        _convert(gguf, tmp)
+        with _step(f"Converting {gguf.name} to safetensors (first start only) into {target}"):
+            _convert(gguf, tmp)
         tmp.rename(target)
         report(f"model: converted in {time.monotonic() - started:.0f} s")
     return target
