@@ -6,7 +6,7 @@ PORT ?= 8000
 PROGRAM ?= docs/examples/hello.py
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install serve test test-fast lint format bench clean
+.PHONY: install browser serve test test-fast lint format bench clean
 
 install: $(VENV)/.installed
 
@@ -23,7 +23,11 @@ $(VENV)/.installed: pyproject.toml
 serve: install
 	$(BIN)/m serve $(PROGRAM) --port $(PORT)
 
-test: install
+# The playground's browser test drives Debian's chromium; the script installs it once.
+browser:
+	sh .ci/install-browser.sh
+
+test: install browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
