@@ -124,6 +124,15 @@ def serve(
             help="Split reasoning out of the reply: qwen3 (<think>...</think>) or deepseek_r1 \\[default: none].",
         ),
     ] = None,
+    responses_db: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="M_SERVE_RESPONSES_DB",
+            dir_okay=False,
+            rich_help_panel=SERVER,
+            help="SQLite file for stored /v1/responses (shared by --workers) \\[default: in memory].",
+        ),
+    ] = None,
     max_request_bytes: Annotated[
         int,
         typer.Option(
@@ -220,6 +229,7 @@ def serve(
         playground=playground,
         tool_call_parser=None if tool_call_parser.lower() == "none" else tool_call_parser,
         reasoning_parser=reasoning_parser,
+        responses_db=str(responses_db.expanduser().resolve()) if responses_db else None,
     )
     raise typer.Exit(run(settings))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,11 +22,19 @@ from cli.serve.limits import BodySizeLimit
 from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
 from cli.serve.program import Program
 from cli.serve.reload import watch_program
+from cli.serve.responses_routes import add_responses_routes
 from cli.serve.settings import ServeSettings
-from mellea.core.errors import RequestError
 from mellea.core.thunk import ModelOutputThunk
-from mellea.serve.completion import as_thunk, chat_completion
-from mellea.serve.errors import ERROR_TYPES, OpenAIError, error_body, param_path, server_error_body
+from mellea.serve.completion import chat_completion, run_program
+from mellea.serve.errors import (
+    ERROR_TYPES,
+    OpenAIError,
+    StreamTimeoutError,
+    as_openai_error,
+    error_body,
+    param_path,
+    server_error_body,
+)
 from mellea.serve.options import serve_arguments
 from mellea.serve.parsers import ReplyParser, get_reasoning_parser, get_tool_parser
 from mellea.serve.protocol import (
@@ -37,7 +45,6 @@ from mellea.serve.protocol import (
     new_completion_id,
 )
 from mellea.serve.stream import (
-    StreamTimeoutError,
     before,
     chat_completion_events,
     stream_response,
@@ -135,6 +142,8 @@ def create_app(
         )
         return ReplyParser(reasoning, tools) if reasoning or tools else None
 
+    add_responses_routes(app, program, settings, metrics, reply_parser)
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         """Liveness: the server is up."""
@@ -169,7 +178,7 @@ def create_app(
         deadline = started + settings.request_timeout if settings.request_timeout else None
         args = serve_arguments(body)
         completion_id, created = new_completion_id(), int(time.time())
-        running = asyncio.ensure_future(_run(app.state.program.call(args)))
+        running = asyncio.ensure_future(run_program(app.state.program.call(args)))
         parser = reply_parser(body)
         if not body.stream:
             completion = await _complete(
@@ -205,7 +214,10 @@ def create_app(
         options = completion_options(body)
         prompts = body.prompts()
         completion_id, created = new_text_completion_id(), int(time.time())
-        running = [asyncio.ensure_future(_run(program.complete(p, dict(options)))) for p in prompts]
+        running = [
+            asyncio.ensure_future(run_program(app.state.program.complete(p, dict(options))))
+            for p in prompts
+        ]
         if not body.stream:
             try:
                 thunks = [await before(deadline, task) for task in running]
@@ -221,7 +233,7 @@ def create_app(
                     ),
                 )
             except StreamTimeoutError:
-                raise _timeout_error() from None
+                raise as_openai_error(StreamTimeoutError()) from None
             finally:
                 for task in running:
                     task.cancel()
@@ -250,12 +262,6 @@ def create_app(
     return app
 
 
-def _timeout_error() -> OpenAIError:
-    return OpenAIError(
-        504, "the request took longer than the server's request timeout", code="timeout"
-    )
-
-
 async def _complete(
     running: asyncio.Future[ModelOutputThunk],
     deadline: float | None,
@@ -275,36 +281,12 @@ async def _complete(
             ),
         )
     except StreamTimeoutError:
-        raise _timeout_error() from None
-    except OpenAIError:
-        raise
+        raise as_openai_error(StreamTimeoutError()) from None
     except Exception as exc:
-        raise _as_openai_error(exc) from None
+        raise as_openai_error(exc) from None
     finally:
         if thunk is not None and not thunk.is_computed():
             await thunk.aclose()
-
-
-async def _run(call: Awaitable[Any]) -> ModelOutputThunk:
-    """Await a program call and normalise what it returns; failures become OpenAI errors."""
-    try:
-        return as_thunk(await call)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        raise _as_openai_error(exc) from None
-
-
-def _as_openai_error(exc: Exception) -> OpenAIError:
-    if isinstance(exc, OpenAIError):
-        return exc
-    if isinstance(exc, RequestError):
-        return OpenAIError(
-            exc.status_code, exc.message, param=exc.param, code=exc.code, error_type=exc.error_type
-        )
-    # The program's own exception text stays in the server log, never in the response.
-    log.error("the program failed", exc_info=exc)
-    return OpenAIError(500, server_error_body()["error"]["message"], code="internal_error")
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -93,13 +93,22 @@ class _EngineCollector:
             "Share of prompt tokens served from the prefix cache.",
             labels=["model"],
         )
+        requests = GaugeMetricFamily(
+            "m_serve_engine_requests",
+            "Requests inside the local engine, running or waiting for KV blocks.",
+            labels=["model", "state"],
+        )
         for model, stats in engine_stats().items():
             if "kv_blocks_used" in stats:
                 used.add_metric([model], stats["kv_blocks_used"])
                 free.add_metric([model], stats.get("kv_blocks_free", 0))
-            if "prefix_cache_hit_rate" in stats:
-                hit.add_metric([model], stats["prefix_cache_hit_rate"])
-        yield from (used, free, hit)
+            queried = stats.get("prefix_cache_query_tokens", 0)
+            if queried:
+                hit.add_metric([model], stats.get("prefix_cache_hit_tokens", 0) / queried)
+            for state in ("running", "waiting"):
+                if state in stats:
+                    requests.add_metric([model, state], stats[state])
+        yield from (used, free, hit, requests)
 
 
 class StreamTimer:

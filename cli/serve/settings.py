@@ -36,6 +36,7 @@ class ServeSettings:
     playground: bool = True
     tool_call_parser: str | None = "hermes"
     reasoning_parser: str | None = None
+    responses_db: str | None = None
 
     @property
     def served_model_name(self) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
+from mellea.serve.errors import as_openai_error
 from mellea.serve.parsers import ReplyParser
 from mellea.serve.protocol import (
     AssistantMessage,
@@ -35,6 +38,16 @@ def as_thunk(result: Any) -> ModelOutputThunk:
         f"serve() returned {type(result).__name__}; "
         "expected a ModelOutputThunk, a SamplingResult or a str"
     )
+
+
+async def run_program(call: Awaitable[Any]) -> ModelOutputThunk:
+    """Await a program call and normalise what it returns; failures become OpenAI errors."""
+    try:
+        return as_thunk(await call)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        raise as_openai_error(exc) from None
 
 
 def usage_of(thunk: ModelOutputThunk) -> Usage | None:

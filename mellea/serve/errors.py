@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pydantic import BaseModel
+
+from mellea.core.errors import RequestError
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -23,6 +26,13 @@ ERROR_TYPES = {
 }
 
 GENERIC_SERVER_MESSAGE = "The server had an error while processing your request."
+TIMEOUT_MESSAGE = "the request took longer than the server's request timeout"
+
+log = logging.getLogger("mellea.serve")
+
+
+class StreamTimeoutError(Exception):
+    """The request ran past its deadline."""
 
 
 class ErrorDetail(BaseModel):
@@ -75,14 +85,30 @@ def error_body(
     return ErrorResponse(error=detail).model_dump()
 
 
+def as_openai_error(exc: Exception) -> OpenAIError:
+    """The error to send for ``exc``: a client mistake keeps its message and status, a
+    timeout is a 504, anything else is logged here and becomes a generic 500."""
+    if isinstance(exc, OpenAIError):
+        return exc
+    if isinstance(exc, StreamTimeoutError):
+        return OpenAIError(504, TIMEOUT_MESSAGE, code="timeout")
+    if isinstance(exc, RequestError):
+        return OpenAIError(
+            exc.status_code, exc.message, param=exc.param, code=exc.code, error_type=exc.error_type
+        )
+    # The program's own exception text stays in the server log, never in the response.
+    log.error("the program failed", exc_info=exc)
+    return OpenAIError(500, GENERIC_SERVER_MESSAGE, code="internal_error")
+
+
 def server_error_body() -> dict[str, Any]:
     """The body for a failure inside the server or the program: no internals in it."""
     return error_body(GENERIC_SERVER_MESSAGE, "server_error", None, "internal_error")
 
 
 def param_path(loc: tuple[Any, ...] | list[Any]) -> str | None:
-    """``("body", "messages", 0, "role")`` -> ``"messages[0].role"``."""
-    parts = [p for p in loc if p != "body"]
+    """``("body", "messages", 0, "role")`` -> ``"messages[0].role"``; ``("query", "limit")`` -> ``"limit"``."""
+    parts = list(loc[1:]) if loc and loc[0] in ("body", "query", "path", "header") else list(loc)
     path = ""
     for part in parts:
         if isinstance(part, int):

@@ -15,9 +15,14 @@ class UnsupportedSchemaError(ValueError):
 
 def model_from_schema(schema: dict[str, Any], name: str = "Output") -> type[BaseModel]:
     """A pydantic model class validating what ``schema`` (an object schema) describes."""
-    if schema.get("type") != "object":
+    if not isinstance(schema, dict) or schema.get("type") != "object":
         raise UnsupportedSchemaError("the top-level schema must have type 'object'")
-    return _object_model(schema, _identifier(name), schema.get("$defs", {}))
+    try:
+        return _object_model(schema, _identifier(name), schema.get("$defs", {}))
+    except UnsupportedSchemaError:
+        raise
+    except Exception as exc:  # a malformed schema (e.g. "required": 5, "enum": [])
+        raise UnsupportedSchemaError(f"malformed schema: {exc}") from None
 
 
 def _object_model(schema: dict[str, Any], name: str, defs: dict[str, Any]) -> type[BaseModel]:

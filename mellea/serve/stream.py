@@ -16,10 +16,9 @@ from typing import Any, Protocol, TypeVar
 
 from sse_starlette.sse import EventSourceResponse
 
-from mellea.core.errors import RequestError
 from mellea.core.thunk import ModelOutputThunk
 from mellea.serve.completion import finish_reason_of, tool_calls_of, usage_of
-from mellea.serve.errors import OpenAIError, error_body, server_error_body
+from mellea.serve.errors import StreamTimeoutError, as_openai_error
 from mellea.serve.parsers import ReplyDelta, ReplyParser
 from mellea.serve.protocol import (
     ChatCompletionChunk,
@@ -44,10 +43,6 @@ class StreamObserver(Protocol):
 
     def on_finish(self, usage: Usage | None) -> None:
         """The reply finished; ``usage`` is what the backend reported, if anything."""
-
-
-class StreamTimeoutError(Exception):
-    """The request ran past its deadline."""
 
 
 async def before(deadline: float | None, awaitable: Awaitable[T]) -> T:
@@ -174,17 +169,10 @@ def stream_response(
 
 def error_event(exc: Exception, completion_id: str) -> dict[str, str]:
     """The error frame for a failure after the stream started (no internals in it)."""
-    if isinstance(exc, StreamTimeoutError):
-        message = "the request took longer than the server's request timeout"
-        body = error_body(message, "timeout_error", None, "timeout")
-    elif isinstance(exc, OpenAIError):
-        body = exc.body()
-    elif isinstance(exc, RequestError):
-        body = error_body(exc.message, exc.error_type, exc.param, exc.code)
-    else:
-        log.error("the program failed while streaming %s", completion_id, exc_info=exc)
-        body = server_error_body()
-    return {"data": _json(body)}
+    error = as_openai_error(exc)
+    if error.status_code >= 500:
+        log.info("stream %s ended with an error frame (%s)", completion_id, error.code)
+    return {"data": _json(error.body())}
 
 
 def _json(body: dict[str, Any]) -> str:

@@ -1,0 +1,263 @@
+"""The Responses API routes: ``/v1/responses`` create, retrieve, delete, input items, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import FastAPI, Query
+from fastapi.responses import JSONResponse, Response
+
+from cli.serve.observability import ServerMetrics, StreamTimer, record_usage
+from cli.serve.program import Program
+from cli.serve.settings import ServeSettings
+from mellea.serve.completion import run_program
+from mellea.serve.errors import OpenAIError, as_openai_error
+from mellea.serve.parsers import ReplyParser
+from mellea.serve.responses import (
+    CancelSignal,
+    ResponseRun,
+    ResponsesRequest,
+    ResponseStore,
+    StoredResponse,
+    check_request,
+    input_items,
+    new_response,
+    serve_arguments,
+)
+from mellea.serve.stream import StreamObserver, stream_response
+
+log = logging.getLogger("mellea.serve")
+
+CANCEL_WAIT_SECONDS = 5.0  # how long a cancel waits for the run to store its last output
+
+
+def add_responses_routes(
+    app: FastAPI,
+    program: Program,
+    settings: ServeSettings,
+    metrics: ServerMetrics,
+    reply_parser: Callable[[Any], ReplyParser | None],
+) -> None:
+    """Serve the Responses API on ``app``.
+
+    ``reply_parser(request)`` gives fresh parsers for one reply (it reads ``tools`` and
+    ``tool_choice``). Responses are kept in SQLite: the file ``settings.responses_db``
+    (shared by worker processes) or, without one, an in-memory database of this app.
+    """
+    store = ResponseStore(getattr(settings, "responses_db", None))
+    app.state.responses_store = store
+    running: dict[str, _Running] = {}
+    model_name = settings.served_model_name
+
+    @app.post("/v1/responses", response_model=None)
+    async def create_response(body: ResponsesRequest) -> Response:
+        """Run the program on a Responses request; stream the events when asked to."""
+        started = time.monotonic()
+        deadline = started + settings.request_timeout if settings.request_timeout else None
+        tools = check_request(body)
+        history = _history(store, body.previous_response_id)
+        items = input_items(body.input or "")
+        args = serve_arguments(body, tools, [*history, *items])
+        response = new_response(body, tools, model_name)
+        record = StoredResponse(response.wire(), items, history) if body.stores else None
+        state = _Running(CancelSignal(_cancel_check(store, response.id, record)))
+        task = asyncio.ensure_future(run_program(app.state.program.call(args)))
+
+        def run(source: Any, observer: StreamObserver) -> ResponseRun:
+            return ResponseRun(
+                source,
+                response,
+                _Sink(store, record, running, state),
+                parser=reply_parser(body),
+                deadline=deadline,
+                cancel=state.signal if record is not None else None,  # unstored: 404 on cancel
+                observer=observer,
+            )
+
+        if not body.stream:
+            whole = run(task, _UsageRecorder(metrics))
+            async for _ in whole.events():
+                pass
+            if whole.failure is not None:
+                raise as_openai_error(whole.failure)
+            return JSONResponse(whole.final)
+        # Give the program a moment: if it fails fast, the client gets a real status.
+        done, _ = await asyncio.wait({task}, timeout=settings.first_result_wait)
+        streamed = run(task.result() if done else task, StreamTimer(metrics, started))
+        return stream_response(
+            _sse(streamed.events()),
+            keepalive_seconds=settings.keepalive_seconds,
+            shutdown_grace=settings.shutdown_grace,
+        )
+
+    @app.get("/v1/responses/{response_id}", response_model=None)
+    async def retrieve_response(response_id: str, stream: bool = False) -> Response:
+        """A stored response (404 if unknown, deleted, or created with ``store: false``)."""
+        if stream:
+            raise OpenAIError(
+                400, "streaming a stored response is not supported by this server", param="stream"
+            )
+        return JSONResponse(_stored(store, response_id).response)
+
+    @app.delete("/v1/responses/{response_id}", response_model=None)
+    async def delete_response(response_id: str) -> Response:
+        """Forget a stored response."""
+        if not store.delete(response_id):
+            raise _not_found(response_id)
+        return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+    @app.get("/v1/responses/{response_id}/input_items", response_model=None)
+    async def list_input_items(
+        response_id: str,
+        limit: int = Query(20, ge=1, le=100),
+        order: Literal["asc", "desc"] = "desc",
+        after: str | None = None,
+    ) -> Response:
+        """The input items the response was created with, a page at a time."""
+        items = _stored(store, response_id).input
+        if order == "desc":
+            items = items[::-1]
+        if after is not None:
+            ids = [item["id"] for item in items]
+            if after not in ids:
+                raise OpenAIError(400, f"no input item with id {after!r}", param="after")
+            items = items[ids.index(after) + 1 :]
+        page = items[:limit]
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": page,
+                "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None,
+                "has_more": len(items) > len(page),
+            }
+        )
+
+    @app.post("/v1/responses/{response_id}/cancel", response_model=None)
+    async def cancel_response(response_id: str) -> Response:
+        """Stop a response still being generated; it ends ``cancelled`` with what it had."""
+        result = store.cancel(response_id)
+        if result is None:
+            raise _not_found(response_id)
+        before, response = result
+        if before != "in_progress":
+            raise OpenAIError(
+                400,
+                f"cannot cancel a response that is {before}; only a response still in "
+                "progress can be cancelled",
+                param="response_id",
+            )
+        local = running.get(response_id)
+        if local is not None:
+            local.signal.set()
+            try:
+                await asyncio.wait_for(local.done.wait(), CANCEL_WAIT_SECONDS)
+            except TimeoutError:
+                log.warning(
+                    "response %s did not stop within %.0f s", response_id, CANCEL_WAIT_SECONDS
+                )
+        stored = store.get(response_id)
+        return JSONResponse(stored.response if stored is not None else response)
+
+
+@dataclass
+class _Running:
+    """A response being generated in this process: how to cancel it, and when it ended."""
+
+    signal: CancelSignal
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class _Sink:
+    """Keeps a run's response in the store (if the request asked to) and tracks it while it runs."""
+
+    store: ResponseStore
+    record: StoredResponse | None
+    running: dict[str, _Running]
+    state: _Running
+
+    def started(self, response: dict[str, Any]) -> None:
+        """Store the in-progress response and make it cancellable."""
+        self.running[response["id"]] = self.state
+        if self.record is not None:
+            self.record.response = response
+            self.store.create(self.record)
+
+    def finished(self, response: dict[str, Any]) -> dict[str, Any]:
+        """Store the final response; a cancel that came first keeps its status."""
+        self.running.pop(response["id"], None)
+        self.state.done.set()
+        if self.record is None:
+            return response
+        return self.store.finish(response) or response
+
+
+class _UsageRecorder:
+    """The observer of a non-streamed run: only the token counts matter."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self.metrics = metrics
+
+    def on_content(self) -> None:
+        """Nothing to time without a stream."""
+
+    def on_finish(self, usage: Any) -> None:
+        """Count the reply's tokens."""
+        record_usage(self.metrics, usage)
+
+
+def _history(store: ResponseStore, previous_id: str | None) -> list[dict[str, Any]]:
+    """The conversation a ``previous_response_id`` continues (its instructions stay behind)."""
+    if previous_id is None:
+        return []
+    previous = store.get(previous_id)
+    if previous is None:
+        raise OpenAIError(
+            400,
+            f"previous response {previous_id!r} not found",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    if previous.status == "in_progress":
+        raise OpenAIError(
+            400,
+            f"previous response {previous_id!r} is still in progress",
+            param="previous_response_id",
+        )
+    return previous.conversation()
+
+
+def _cancel_check(
+    store: ResponseStore, response_id: str, record: StoredResponse | None
+) -> Callable[[], bool] | None:
+    """With a shared store, a cancel may reach another worker: the run polls the store."""
+    if record is None or not store.shared:
+        return None
+    return lambda: store.status(response_id) == "cancelled"
+
+
+def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
+    stored = store.get(response_id)
+    if stored is None:
+        raise _not_found(response_id)
+    return stored
+
+
+def _not_found(response_id: str) -> OpenAIError:
+    return OpenAIError(404, f"no response with id {response_id!r}", param="response_id")
+
+
+async def _sse(events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[dict[str, str]]:
+    """Each event as an SSE frame with both an ``event:`` line and the JSON ``data:``."""
+    try:
+        async for event in events:
+            yield {"event": event["type"], "data": json.dumps(event, ensure_ascii=False)}
+    finally:
+        await events.aclose()

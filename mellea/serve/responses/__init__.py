@@ -1,0 +1,26 @@
+"""The OpenAI Responses API: request and response models, input items, the run, the store.
+
+Framework-free, like the rest of :mod:`mellea.serve`; the HTTP routes live in
+``cli/serve/responses_routes.py``.
+"""
+
+from mellea.serve.responses.arguments import check_request, new_response, serve_arguments
+from mellea.serve.responses.items import chat_messages, input_items
+from mellea.serve.responses.objects import ResponseObject
+from mellea.serve.responses.request import ResponsesRequest
+from mellea.serve.responses.run import CancelSignal, ResponseRun
+from mellea.serve.responses.store import ResponseStore, StoredResponse
+
+__all__ = [
+    "CancelSignal",
+    "ResponseObject",
+    "ResponseRun",
+    "ResponseStore",
+    "ResponsesRequest",
+    "StoredResponse",
+    "chat_messages",
+    "check_request",
+    "input_items",
+    "new_response",
+    "serve_arguments",
+]

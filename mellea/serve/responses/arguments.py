@@ -1,0 +1,129 @@
+"""From a validated Responses request to what ``serve()`` receives, and the response it starts."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from mellea.backends.model_options import ModelOption
+from mellea.serve.errors import OpenAIError
+from mellea.serve.options import ServeArguments
+from mellea.serve.responses.items import chat_messages
+from mellea.serve.responses.objects import ResponseObject
+from mellea.serve.responses.request import (
+    FunctionTool,
+    ResponsesRequest,
+    chat_tool_choice,
+    function_tools,
+    reject_unsupported,
+)
+from mellea.serve.schema import UnsupportedSchemaError, model_from_schema
+
+log = logging.getLogger("mellea.serve")
+
+_NOT_IN_CLIENT_OPTIONS = {"input", "instructions", "requirements"}
+
+
+def check_request(request: ResponsesRequest) -> list[FunctionTool]:
+    """The 400s that need nothing but the request itself; returns its function tools.
+
+    :func:`serve_arguments` raises the rest (tool choice, schema) before anything runs.
+    """
+    reject_unsupported(request)
+    return function_tools(request)
+
+
+def serve_arguments(
+    request: ResponsesRequest, tools: list[FunctionTool], items: list[dict[str, Any]]
+) -> ServeArguments:
+    """``serve()``'s arguments: ``items`` (history, then this input) as chat messages.
+
+    Only values the client sent become model options: no defaults are injected.
+    """
+    if request.model_extra:
+        log.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
+    options: dict[str, Any] = {}
+    if request.temperature is not None:
+        options[ModelOption.TEMPERATURE] = request.temperature
+    if request.top_p is not None:
+        options[ModelOption.TOP_P] = request.top_p
+    if request.max_output_tokens is not None:
+        options[ModelOption.MAX_NEW_TOKENS] = request.max_output_tokens
+    if tools:
+        options[ModelOption.TOOLS] = [tool.chat_tool() for tool in tools]
+    choice = chat_tool_choice(request, tools)
+    if choice is not None:
+        options[ModelOption.TOOL_CHOICE] = choice
+    if request.parallel_tool_calls is not None:
+        options["parallel_tool_calls"] = request.parallel_tool_calls
+    response_format = _chat_response_format(request)
+    if response_format is not None:
+        options["response_format"] = response_format
+    if request.stream:
+        options[ModelOption.STREAM] = True
+    return ServeArguments(
+        messages=chat_messages(request.instructions, items),
+        requirements=list(request.requirements) if request.requirements is not None else None,
+        model_options=options,
+        format=_format_model(request),
+        client_options=request.model_dump(
+            exclude=_NOT_IN_CLIENT_OPTIONS, exclude_none=True, by_alias=True
+        ),
+    )
+
+
+def new_response(
+    request: ResponsesRequest, tools: list[FunctionTool], model: str
+) -> ResponseObject:
+    """The in-progress response object echoing the request's settings."""
+    text = request.text.model_dump(exclude_none=True, by_alias=True) if request.text else None
+    if text is not None and "format" not in text:
+        text["format"] = {"type": "text"}
+    return ResponseObject(
+        model=model,
+        instructions=request.instructions,
+        max_output_tokens=request.max_output_tokens,
+        parallel_tool_calls=request.parallel_tool_calls is not False,
+        previous_response_id=request.previous_response_id,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        tools=[tool.model_dump() for tool in tools],
+        tool_choice=request.tool_choice if request.tool_choice is not None else "auto",
+        **({"text": text} if text is not None else {}),
+        user=request.user,
+        metadata=request.metadata or {},
+        store=request.stores,
+    )
+
+
+def _chat_response_format(request: ResponsesRequest) -> dict[str, Any] | None:
+    """``text.format`` in the chat ``response_format`` form backends already understand."""
+    spec = request.text.format if request.text else None
+    if spec is None or spec.type == "text":
+        return None
+    if spec.type == "json_object":
+        return {"type": "json_object"}
+    schema = {"name": spec.name or "output", "description": spec.description}
+    schema |= {"schema": spec.schema_, "strict": spec.strict}
+    return {
+        "type": "json_schema",
+        "json_schema": {k: v for k, v in schema.items() if v is not None},
+    }
+
+
+def _format_model(request: ResponsesRequest) -> type | None:
+    """The pydantic model for a ``json_schema`` format (the program's ``format`` argument)."""
+    spec = request.text.format if request.text else None
+    if spec is None or spec.type != "json_schema":
+        return None
+    if spec.schema_ is None:
+        raise OpenAIError(
+            400, "text.format json_schema needs a 'schema'", param="text.format.schema"
+        )
+    try:
+        return model_from_schema(spec.schema_, spec.name or "Output")
+    except UnsupportedSchemaError as exc:
+        message = f"unsupported JSON schema: {exc}"
+    except Exception:  # a malformed schema can trip the converter in many ways
+        message = "the JSON schema is malformed or uses constructs this server cannot handle"
+    raise OpenAIError(400, message, param="text.format.schema")

@@ -1,0 +1,203 @@
+"""Conversation items: what a client sends as ``input``, kept in one canonical form.
+
+Input items are validated and stored as the API lists them (each with an ``id``);
+:func:`chat_messages` turns canonical items, from this request and from the responses it
+continues, into the chat messages a program's ``serve()`` receives.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mellea.serve.errors import OpenAIError
+from mellea.serve.messages import ChatMessage, FunctionCall, ToolCall
+from mellea.serve.responses.request import field_error
+
+TEXT_PARTS = ("input_text", "output_text")
+# media part type -> the key that must carry its data inline
+MEDIA_PARTS = {"input_image": "image_url", "input_file": "file_data", "input_audio": "input_audio"}
+
+
+def new_item_id(prefix: str) -> str:
+    """A fresh item id such as ``msg_...`` or ``fc_...``."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["message"] = "message"
+    id: str | None = None
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class _FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function_call"]
+    id: str | None = None
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: str
+
+
+class _FunctionCallOutput(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function_call_output"]
+    id: str | None = None
+    call_id: str = Field(min_length=1)
+    output: str | list[dict[str, Any]]
+
+
+class _Reasoning(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[dict[str, Any]] = Field(default_factory=list)
+    content: list[dict[str, Any]] | None = None
+
+
+_ITEM_MODELS: dict[str, type[BaseModel]] = {
+    "message": _Message,
+    "function_call": _FunctionCall,
+    "function_call_output": _FunctionCallOutput,
+    "reasoning": _Reasoning,
+}
+
+
+def input_items(raw: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's ``input`` as canonical items; 400 naming the field for what we cannot use."""
+    if isinstance(raw, str):
+        raw = [{"role": "user", "content": raw}]
+    return [_canonical(item, f"input[{i}]") for i, item in enumerate(raw)]
+
+
+def _canonical(item: dict[str, Any], where: str) -> dict[str, Any]:
+    kind = item.get("type", "message")
+    model = _ITEM_MODELS.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise OpenAIError(
+            400, f"input item type {kind!r} is not supported by this server", param=f"{where}.type"
+        )
+    try:
+        parsed = model.model_validate(item)
+    except ValidationError as exc:
+        raise field_error(exc, where) from None
+    if isinstance(parsed, _Message):
+        return {
+            "type": "message",
+            "id": parsed.id or new_item_id("msg"),
+            "role": parsed.role,
+            "status": "completed",
+            "content": _message_parts(parsed, where),
+        }
+    if isinstance(parsed, _FunctionCall):
+        return {
+            "type": "function_call",
+            "id": parsed.id or new_item_id("fc"),
+            "call_id": parsed.call_id,
+            "name": parsed.name,
+            "arguments": parsed.arguments,
+            "status": "completed",
+        }
+    if isinstance(parsed, _FunctionCallOutput):
+        output = parsed.output
+        if isinstance(output, list):
+            output = [_part(part, f"{where}.output[{j}]") for j, part in enumerate(output)]
+        return {
+            "type": "function_call_output",
+            "id": parsed.id or new_item_id("fco"),
+            "call_id": parsed.call_id,
+            "output": output,
+            "status": "completed",
+        }
+    return {**parsed.model_dump(exclude_none=True), "id": parsed.id or new_item_id("rs")}
+
+
+def _message_parts(message: _Message, where: str) -> list[dict[str, Any]]:
+    if isinstance(message.content, str):
+        return [_text_part(message.role, message.content)]
+    return [_part(part, f"{where}.content[{j}]") for j, part in enumerate(message.content)]
+
+
+def _text_part(role: str, text: str) -> dict[str, Any]:
+    if role == "assistant":
+        return {"type": "output_text", "text": text, "annotations": []}
+    return {"type": "input_text", "text": text}
+
+
+def _part(part: dict[str, Any], where: str) -> dict[str, Any]:
+    """Check one content part; text parts are kept, media parts must carry their data."""
+    kind = part.get("type")
+    kind = kind if isinstance(kind, str) else None  # unhashable junk must not reach a dict
+    if kind in TEXT_PARTS or kind == "refusal":
+        key = "refusal" if kind == "refusal" else "text"
+        if not isinstance(part.get(key), str):
+            raise OpenAIError(400, f"{where}.{key} must be a string", param=f"{where}.{key}")
+        return part
+    if kind in MEDIA_PARTS:
+        key = MEDIA_PARTS[kind]
+        if not part.get(key):
+            raise OpenAIError(
+                400,
+                f"{kind} needs its data inline in {key!r} (file ids are not supported)",
+                param=f"{where}.{key}",
+            )
+        return part
+    raise OpenAIError(
+        400, f"content part type {kind!r} is not supported by this server", param=f"{where}.type"
+    )
+
+
+def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[ChatMessage]:
+    """The chat messages for a program: instructions first, then the items in order.
+
+    ``function_call`` items join the assistant message just before them (one assistant
+    turn with content and calls, as chat completions have it); reasoning items are left out.
+    """
+    messages = [ChatMessage(role="system", content=instructions)] if instructions else []
+    for item in items:
+        kind = item["type"]
+        if kind == "message":
+            messages.append(ChatMessage(role=item["role"], content=_chat_content(item["content"])))
+        elif kind == "function_call":
+            call = ToolCall(
+                id=item["call_id"],
+                function=FunctionCall(name=item["name"], arguments=item["arguments"]),
+            )
+            last = messages[-1] if messages else None
+            if last is not None and last.role == "assistant":
+                last.tool_calls = [*(last.tool_calls or []), call]
+            else:
+                messages.append(ChatMessage(role="assistant", content=None, tool_calls=[call]))
+        elif kind == "function_call_output":
+            output = item["output"]
+            content = output if isinstance(output, str) else _chat_content(output)
+            messages.append(ChatMessage(role="tool", tool_call_id=item["call_id"], content=content))
+        # reasoning items are not part of what the next turn sees
+    return messages
+
+
+def _chat_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """Responses content parts as chat content: one string when they are all text."""
+    chat = [_chat_part(part) for part in parts]
+    if all(part["type"] == "text" for part in chat):
+        return "".join(part["text"] for part in chat)
+    return chat
+
+
+def _chat_part(part: dict[str, Any]) -> dict[str, Any]:
+    kind = part["type"]
+    if kind in TEXT_PARTS:
+        return {"type": "text", "text": part["text"]}
+    if kind == "refusal":
+        return {"type": "text", "text": part["refusal"]}
+    if kind == "input_image":
+        image = {"url": part.get("image_url"), "detail": part.get("detail")}
+        return {"type": "image_url", "image_url": {k: v for k, v in image.items() if v}}
+    if kind == "input_file":
+        file = {"file_data": part.get("file_data"), "filename": part.get("filename")}
+        return {"type": "file", "file": {k: v for k, v in file.items() if v}}
+    return {"type": "input_audio", "input_audio": part.get("input_audio")}

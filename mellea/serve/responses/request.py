@@ -1,0 +1,169 @@
+"""The ``POST /v1/responses`` body, and the values in it the server cannot honour."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mellea.serve.errors import OpenAIError, param_path
+from mellea.serve.protocol import MAX_INT32
+
+MAX_METADATA_PAIRS = 16
+
+
+class FunctionTool(BaseModel):
+    """A Responses-style function tool: ``{"type": "function", "name", "parameters", ...}``."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    def chat_tool(self) -> dict[str, Any]:
+        """The chat-completions form programs receive under ``ModelOption.TOOLS``."""
+        function = {"name": self.name, "description": self.description}
+        function |= {"parameters": self.parameters, "strict": self.strict}
+        return {
+            "type": "function",
+            "function": {k: v for k, v in function.items() if v is not None},
+        }
+
+
+class TextFormat(BaseModel):
+    """``text.format``: plain text, any JSON object, or JSON matching a schema."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = Field(default=None, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class TextConfig(BaseModel):
+    """``text``: the output format (and a verbosity hint we ignore)."""
+
+    model_config = ConfigDict(extra="allow")
+    format: TextFormat | None = None
+    verbosity: str | None = None
+
+
+class ResponsesRequest(BaseModel):
+    """A ``POST /v1/responses`` body. Unknown fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    input: str | list[dict[str, Any]] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = Field(default=None, max_length=256)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    # Checked one by one in ``function_tools`` so a hosted tool gets a precise 400.
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    store: bool | None = None
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    # Accepted so that values we cannot honour get a 400 naming them.
+    background: bool | None = None
+    n: int | None = Field(default=None, ge=1, le=128)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    conversation: Any = None
+    prompt: Any = None
+    # The mellea extension: requirements the program should check its output against.
+    requirements: list[str] | None = None
+
+    @property
+    def stores(self) -> bool:
+        """Whether the response is kept for GET, chaining and cancel (the default)."""
+        return self.store is not False
+
+
+def function_tools(request: ResponsesRequest) -> list[FunctionTool]:
+    """The request's tools; anything but a function tool is a 400 naming it."""
+    tools = []
+    for i, raw in enumerate(request.tools or []):
+        kind = raw.get("type")
+        if kind != "function":
+            raise OpenAIError(
+                400,
+                f"tool type {kind!r} is not supported by this server; only 'function' tools are",
+                param=f"tools[{i}].type",
+            )
+        if isinstance(raw.get("function"), dict):  # a chat-style tool sent here by mistake
+            raw = {"type": "function", **raw["function"]}
+        try:
+            tools.append(FunctionTool.model_validate(raw))
+        except ValidationError as exc:
+            raise field_error(exc, f"tools[{i}]") from None
+    return tools
+
+
+def chat_tool_choice(request: ResponsesRequest, tools: list[FunctionTool]) -> Any:
+    """``tool_choice`` in the chat form programs receive; 400 for choices we cannot honour."""
+    choice = request.tool_choice
+    if choice is None:
+        return None
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise OpenAIError(400, f"unknown tool_choice {choice!r}", param="tool_choice")
+        if choice == "required" and not tools:
+            raise OpenAIError(400, "tool_choice 'required' needs tools", param="tool_choice")
+        return choice
+    name = choice.get("name")
+    if choice.get("type") != "function" or not isinstance(name, str):
+        raise OpenAIError(
+            400,
+            "tool_choice must be 'none', 'auto', 'required' or "
+            '{"type": "function", "name": ...}',
+            param="tool_choice",
+        )
+    if name not in {tool.name for tool in tools}:
+        raise OpenAIError(
+            400, f"tool_choice names {name!r}, which is not in tools", param="tool_choice"
+        )
+    return {"type": "function", "function": {"name": name}}
+
+
+def reject_unsupported(request: ResponsesRequest) -> None:
+    """400 naming the field for values this server cannot honour."""
+    if request.background:
+        raise OpenAIError(
+            400, "background responses are not supported by this server", param="background"
+        )
+    if request.n is not None and request.n > 1:
+        raise OpenAIError(400, "n > 1 is not supported; send one request per response", param="n")
+    if request.top_logprobs:
+        raise OpenAIError(400, "logprobs are not supported by this server", param="top_logprobs")
+    for name in ("conversation", "prompt"):
+        if getattr(request, name) is not None:
+            raise OpenAIError(400, f"{name} is not supported by this server", param=name)
+    if request.stream_options is not None and not request.stream:
+        raise OpenAIError(
+            400, "stream_options is only allowed when stream is true", param="stream_options"
+        )
+    if request.metadata is not None and len(request.metadata) > MAX_METADATA_PAIRS:
+        raise OpenAIError(
+            400, f"metadata holds at most {MAX_METADATA_PAIRS} pairs", param="metadata"
+        )
+    if request.input is None:
+        raise OpenAIError(400, "input is required", param="input")
+    if isinstance(request.input, list) and not request.input:
+        raise OpenAIError(400, "input must not be empty", param="input")
+
+
+def field_error(exc: ValidationError, prefix: str) -> OpenAIError:
+    """A pydantic error inside one part of the body, as a 400 naming the exact field."""
+    first = exc.errors()[0]
+    inner = param_path(tuple(first.get("loc", ())))
+    param = f"{prefix}.{inner}" if inner and not inner.startswith("[") else f"{prefix}{inner or ''}"
+    return OpenAIError(400, f"{param}: {first['msg']}", param=param)
