@@ -1,0 +1,153 @@
+"""Turn a batch of logits into next tokens, each row under its own SamplingParams.
+
+Everything is vectorized over the batch; each processing stage runs only when some
+row asks for it, so an all-greedy batch is a plain argmax. Seeded rows draw from
+their own ``torch.Generator`` so their tokens do not depend on what else is batched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mellea.engine.sequence import Sequence
+
+
+@dataclass
+class SamplingBatch:
+    """Per-row sampling settings as tensors, built from the sequences of one step."""
+
+    all_greedy: bool
+    greedy: torch.Tensor | None = None  # [B] bool
+    temperature: torch.Tensor | None = None  # [B, 1]
+    top_k: torch.Tensor | None = None  # [B] long, vocab size where off
+    top_p: torch.Tensor | None = None  # [B, 1]
+    min_p: torch.Tensor | None = None  # [B, 1]
+    generators: list[torch.Generator | None] | None = None
+    presence: torch.Tensor | None = None  # [B, 1]
+    frequency: torch.Tensor | None = None  # [B, 1]
+    repetition: torch.Tensor | None = None  # [B, 1]
+    output_ids: torch.Tensor | None = None  # [B, Lo] padded with vocab_size
+    all_ids: torch.Tensor | None = None  # [B, L] prompt + output, padded with vocab_size
+    bias_rows: torch.Tensor | None = None
+    bias_cols: torch.Tensor | None = None
+    bias_values: torch.Tensor | None = None
+
+
+def _padded(rows: list[list[int]], pad: int) -> torch.Tensor:
+    width = max(1, max(len(r) for r in rows))
+    return torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=torch.long)
+
+
+def build_sampling_batch(seqs: list[Sequence], vocab_size: int) -> SamplingBatch:
+    """Collect the settings of ``seqs`` (one logits row each, in order)."""
+    params = [s.params for s in seqs]
+    penalties = any(
+        p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0 for p in params
+    )
+    bias = any(p.logit_bias for p in params)
+    if all(p.temperature == 0 for p in params) and not penalties and not bias:
+        return SamplingBatch(all_greedy=True)
+
+    def column(values: list[float]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.float32).unsqueeze(1)
+
+    batch = SamplingBatch(all_greedy=False)
+    batch.greedy = torch.tensor([p.temperature == 0 for p in params])
+    batch.temperature = column([p.temperature or 1.0 for p in params])
+    if any(p.top_k > 0 for p in params):
+        batch.top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab_size for p in params])
+    if any(p.top_p < 1.0 for p in params):
+        batch.top_p = column([p.top_p for p in params])
+    if any(p.min_p > 0 for p in params):
+        batch.min_p = column([p.min_p for p in params])
+    batch.generators = [s.generator for s in seqs]
+    if penalties:
+        batch.presence = column([p.presence_penalty for p in params])
+        batch.frequency = column([p.frequency_penalty for p in params])
+        batch.repetition = column([p.repetition_penalty for p in params])
+        batch.output_ids = _padded([s.output_ids for s in seqs], vocab_size)
+        if any(p.repetition_penalty != 1.0 for p in params):
+            batch.all_ids = _padded([s.token_ids for s in seqs], vocab_size)
+    if bias:
+        rows, cols, values = [], [], []
+        for i, p in enumerate(params):
+            for token, value in p.logit_bias.items():
+                rows.append(i)
+                cols.append(int(token))
+                values.append(float(value))
+        batch.bias_rows = torch.tensor(rows, dtype=torch.long)
+        batch.bias_cols = torch.tensor(cols, dtype=torch.long)
+        batch.bias_values = torch.tensor(values, dtype=torch.float32)
+    return batch
+
+
+def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Logit bias, repetition (HF style: prompt and output), presence and frequency
+    (OpenAI style: output only) penalties, in place."""
+    n_rows, vocab = logits.shape
+    if batch.bias_rows is not None:
+        logits.index_put_((batch.bias_rows, batch.bias_cols), batch.bias_values, accumulate=True)
+    if batch.all_ids is not None:
+        seen = torch.zeros(n_rows, vocab + 1, dtype=torch.bool)
+        seen.scatter_(1, batch.all_ids, True)
+        seen = seen[:, :vocab]
+        penalty = batch.repetition.expand(-1, vocab)
+        scaled = torch.where(logits > 0, logits / penalty, logits * penalty)
+        logits = torch.where(seen, scaled, logits)
+    if batch.output_ids is not None:
+        counts = torch.zeros(n_rows, vocab + 1)
+        counts.scatter_add_(1, batch.output_ids, torch.ones(batch.output_ids.shape))
+        counts = counts[:, :vocab]
+        logits = logits - batch.frequency * counts - batch.presence * (counts > 0)
+    return logits
+
+
+def apply_truncation(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Mask tokens outside top-k, top-p and min-p (on temperature-scaled logits)."""
+    if batch.top_k is not None or batch.top_p is not None:
+        ordered, _ = logits.sort(dim=-1, descending=True)
+        cutoff = torch.full((logits.shape[0], 1), float("-inf"))
+        if batch.top_k is not None:
+            kth = (batch.top_k.clamp(max=logits.shape[1]) - 1).unsqueeze(1)
+            cutoff = torch.maximum(cutoff, ordered.gather(1, kth))
+        if batch.top_p is not None:
+            probs = ordered.softmax(dim=-1)
+            # Keep the smallest head whose mass reaches top_p: a token stays if the
+            # mass before it is still below top_p.
+            before = probs.cumsum(dim=-1) - probs
+            keep = before < batch.top_p
+            last = keep.sum(dim=-1, keepdim=True).clamp(min=1) - 1
+            cutoff = torch.maximum(cutoff, ordered.gather(1, last))
+        logits = logits.masked_fill(logits < cutoff, float("-inf"))
+    if batch.min_p is not None:
+        probs = logits.softmax(dim=-1)
+        floor = probs.amax(dim=-1, keepdim=True) * batch.min_p
+        logits = logits.masked_fill(probs < floor, float("-inf"))
+    return logits
+
+
+def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """fp32 logits [B, V] -> next token ids [B] (long)."""
+    if batch.all_greedy:
+        return logits.argmax(dim=-1)
+    logits = apply_penalties(logits, batch)
+    greedy_tokens = logits.argmax(dim=-1)
+    if bool(batch.greedy.all()):
+        return greedy_tokens
+    logits = apply_truncation(logits / batch.temperature, batch)
+    probs = logits.softmax(dim=-1)
+    tokens = greedy_tokens.clone()
+    unseeded = []
+    for i, generator in enumerate(batch.generators):
+        if batch.greedy[i]:
+            continue
+        if generator is None:
+            unseeded.append(i)
+        else:
+            tokens[i] = torch.multinomial(probs[i], 1, generator=generator)[0]
+    if unseeded:
+        rows = torch.tensor(unseeded)
+        tokens[rows] = torch.multinomial(probs[rows], 1).squeeze(1)
+    return tokens

@@ -1,0 +1,84 @@
+"""One request as the engine sees it: its tokens, its place in the KV cache, its state."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from typing import TYPE_CHECKING
+
+from mellea.engine.types import FinishReason, SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+    from mellea.engine.detokenizer import IncrementalDetokenizer
+    from mellea.engine.stops import StopChecker
+
+_arrivals = itertools.count()
+
+
+class SequenceStatus(enum.Enum):
+    """Where a sequence is: queued, in the running batch, or done."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Sequence:
+    """Token ids (prompt then output), the block table and progress of one request.
+
+    ``num_computed`` counts the tokens whose K/V are in the cache; the tokens after it
+    still have to go through the model (the whole prompt at first, one token while
+    decoding, everything again after a preemption).
+    """
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        max_tokens: int,
+    ) -> None:
+        self.request_id = request_id
+        self.arrival = next(_arrivals)
+        self.token_ids = list(prompt_token_ids)
+        self.prompt_len = len(prompt_token_ids)
+        self.params = params
+        self.max_tokens = max_tokens
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.block_table: list[int] = []
+        self.block_hashes: list[bytes] = []  # chained hashes of the full, computed blocks
+        self.num_computed = 0
+        self.num_cached = 0  # prompt tokens that came from the prefix cache at admission
+        self.admitted = False
+        self.generator: torch.Generator | None = None
+        self.detokenizer: IncrementalDetokenizer | None = None
+        self.stop_checker: StopChecker | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens."""
+        return len(self.token_ids)
+
+    @property
+    def num_output(self) -> int:
+        """Tokens generated so far."""
+        return len(self.token_ids) - self.prompt_len
+
+    @property
+    def output_ids(self) -> list[int]:
+        """The generated token ids."""
+        return self.token_ids[self.prompt_len :]
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether the sequence is done (stopped, hit its length, or aborted)."""
+        return self.status is SequenceStatus.FINISHED
+
+    def __repr__(self) -> str:
+        return (
+            f"Sequence({self.request_id!r}, {self.status.value}, tokens={self.num_tokens}, "
+            f"computed={self.num_computed}, blocks={len(self.block_table)})"
+        )
