@@ -116,12 +116,18 @@ class LocalBackend(Backend):
             # The model's chat template ignores tools: describe them ourselves, in the
             # hermes format the server's default tool-call parser reads.
             prompt = self.engine.apply_chat_template(with_tool_instructions(messages, tools))
+        params = sampling_params(options)
+        forced_tools = _forced_tools(tools, options.get(ModelOption.TOOL_CHOICE))
         try:
-            stream = self.engine.add_request(prompt, sampling_params(options))
+            params.grammar = _grammar(format, options.get("response_format"), forced_tools)
+            stream = self.engine.add_request(prompt, params)
         except PromptTooLongError as exc:
             raise ContextLengthExceededError(str(exc)) from None
         except ValueError as exc:
-            raise RequestError(str(exc)) from None
+            param = "tools" if forced_tools else "response_format" if params.grammar else None
+            raise RequestError(str(exc), param=param) from None
+        if forced_tools:
+            return ModelOutputThunk.from_stream(_tool_call_chunks(_chunks(stream)))
         return ModelOutputThunk.from_stream(_chunks(stream))
 
 
@@ -143,6 +149,71 @@ async def _chunks(stream: Any) -> AsyncIterator[GenerationChunk]:
         closer = getattr(stream, "aclose", None)
         if closer is not None:
             await closer()
+
+
+def _forced_tools(tools: list[dict[str, Any]], choice: Any) -> list[dict[str, Any]]:
+    """The tools the reply must call: all for ``"required"``, the named one, else none."""
+    if not tools:
+        return []
+    if choice == "required":
+        return tools
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        return [t for t in tools if t["function"]["name"] == name]
+    return []
+
+
+def _grammar(
+    format: type | None, response_format: Any, forced_tools: list[dict[str, Any]]
+) -> str | None:
+    """The grammar that constrains decoding: a forced tool call, a schema, or any JSON object."""
+    from mellea.engine.constraints import json_schema_grammar
+
+    if forced_tools:
+        calls = [
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": t["function"]["name"]},
+                    "arguments": t["function"].get("parameters") or {"type": "object"},
+                },
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for t in forced_tools
+        ]
+        return json_schema_grammar(calls[0] if len(calls) == 1 else {"anyOf": calls})
+    if format is not None:
+        return json_schema_grammar(format.model_json_schema())  # type: ignore[attr-defined]
+    if not isinstance(response_format, dict):
+        return None
+    if response_format.get("type") == "json_object":
+        return json_schema_grammar({"type": "object"})
+    schema = (response_format.get("json_schema") or {}).get("schema")
+    if response_format.get("type") == "json_schema" and isinstance(schema, dict):
+        return json_schema_grammar(schema)
+    return None
+
+
+async def _tool_call_chunks(
+    chunks: AsyncIterator[GenerationChunk],
+) -> AsyncIterator[GenerationChunk]:
+    """A constrained tool call: the JSON text becomes a ``ModelToolCall``, not content."""
+    import json
+
+    from mellea.core.tool_call import ModelToolCall
+
+    text, last = "", GenerationChunk()
+    async for chunk in chunks:
+        text += chunk.text
+        last = chunk
+    try:
+        call = json.loads(text)
+        tool_calls = [ModelToolCall(call["name"], None, call.get("arguments") or {})]
+    except (ValueError, KeyError, TypeError):  # cut short by max_tokens: keep the text
+        yield GenerationChunk(text=text, finish_reason=last.finish_reason, usage=last.usage)
+        return
+    yield GenerationChunk(finish_reason=last.finish_reason, usage=last.usage, tool_calls=tool_calls)
 
 
 def sampling_params(options: dict[str, Any]) -> Any:

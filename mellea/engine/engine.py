@@ -30,6 +30,7 @@ from mellea.engine.config import (
     resolve_device,
     resolve_dtype,
 )
+from mellea.engine.constraints import ConstraintCompiler
 from mellea.engine.detokenizer import IncrementalDetokenizer
 from mellea.engine.loader import DEFAULT_ALIASES, DEFAULT_MODEL_ID, resolve_model
 from mellea.engine.model_runner import ModelRunner, StepInputs
@@ -161,6 +162,7 @@ class Engine:
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         self.eos_token_ids = _eos_ids(path, self._tokenizer)
         self.runner = ModelRunner(self.model_config, cfg, num_blocks)
+        self._constraints = ConstraintCompiler(self._tokenizer, self.model_config.vocab_size)
         self.blocks = BlockManager(num_blocks, block_size)
         self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens)
 
@@ -219,6 +221,8 @@ class Engine:
             seq.generator = torch.Generator().manual_seed(params.seed)
         seq.detokenizer = IncrementalDetokenizer(self._tokenizer, ids)
         seq.stop_checker = StopChecker(params, self.eos_token_ids, max_tokens)
+        if params.grammar is not None:
+            seq.constraint = self._constraints.matcher(params.grammar)  # GrammarError: a 400
         stream = RequestStream(self, seq, loop)
         with self._cond:
             if self._stopping:
@@ -382,6 +386,8 @@ class Engine:
             seq.token_ids.append(token)
             stops, detok = seq.stop_checker, seq.detokenizer
             reason = stops.check_token(token, seq.num_output)
+            if seq.constraint is not None and not seq.constraint.accept(token) and reason is None:
+                reason = "stop"  # cannot happen with the mask applied; never run off-grammar
             if reason == "stop":  # a stop token: its own text is not shown
                 text, hit = stops.feed(detok.flush())
             else:

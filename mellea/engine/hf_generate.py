@@ -51,6 +51,8 @@ class HFGenerateEngine:
         self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[RequestOutput]:
         """Start ``generate()`` in a thread; return an async iterator of text deltas."""
+        if params.grammar is not None:
+            raise ValueError("constrained decoding needs the batching engine (unset MELLEA_ENGINE)")
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if len(ids) >= self.max_model_len:
             raise PromptTooLongError(

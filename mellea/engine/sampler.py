@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mellea.engine.constraints import Constraint, mask_logits
 from mellea.engine.sequence import Sequence
 
 
@@ -33,6 +34,7 @@ class SamplingBatch:
     bias_rows: torch.Tensor | None = None
     bias_cols: torch.Tensor | None = None
     bias_values: torch.Tensor | None = None
+    constraints: list[Constraint | None] | None = None  # grammar per row, if any row has one
 
 
 def _padded(rows: list[list[int]], pad: int) -> torch.Tensor:
@@ -47,13 +49,15 @@ def build_sampling_batch(seqs: list[Sequence], vocab_size: int) -> SamplingBatch
         p.presence_penalty or p.frequency_penalty or p.repetition_penalty != 1.0 for p in params
     )
     bias = any(p.logit_bias for p in params)
+    constraints = [s.constraint for s in seqs]
+    grammars = constraints if any(c is not None for c in constraints) else None
     if all(p.temperature == 0 for p in params) and not penalties and not bias:
-        return SamplingBatch(all_greedy=True)
+        return SamplingBatch(all_greedy=True, constraints=grammars)
 
     def column(values: list[float]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.float32).unsqueeze(1)
 
-    batch = SamplingBatch(all_greedy=False)
+    batch = SamplingBatch(all_greedy=False, constraints=grammars)
     batch.greedy = torch.tensor([p.temperature == 0 for p in params])
     batch.temperature = column([p.temperature or 1.0 for p in params])
     if any(p.top_k > 0 for p in params):
@@ -130,6 +134,8 @@ def apply_truncation(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor
 
 def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """fp32 logits [B, V] -> next token ids [B] (long)."""
+    if batch.constraints is not None:
+        mask_logits(logits, batch.constraints)
     if batch.all_greedy:
         return logits.argmax(dim=-1)
     logits = apply_penalties(logits, batch)

@@ -11,6 +11,7 @@ from mellea.engine.types import FinishReason, SamplingParams
 if TYPE_CHECKING:
     import torch
 
+    from mellea.engine.constraints import Constraint
     from mellea.engine.detokenizer import IncrementalDetokenizer
     from mellea.engine.stops import StopChecker
 
@@ -56,6 +57,7 @@ class Sequence:
         self.generator: torch.Generator | None = None
         self.detokenizer: IncrementalDetokenizer | None = None
         self.stop_checker: StopChecker | None = None
+        self.constraint: Constraint | None = None  # the grammar the output must follow
 
     @property
     def num_tokens(self) -> int:

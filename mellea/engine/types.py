@@ -29,6 +29,9 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    # An llguidance grammar (see mellea.engine.constraints.json_schema_grammar): only
+    # tokens it allows are sampled, so the output always matches it.
+    grammar: str | None = None
 
 
 @dataclass

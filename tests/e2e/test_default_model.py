@@ -108,3 +108,82 @@ def test_requirements_example():
             max_tokens=60,
         )
     assert reply.choices[0].message.content.strip()
+
+
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_json_schema_output_always_validates(hello):
+    response_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "city", "schema": CITY_SCHEMA, "strict": True},
+    }
+    messages = [{"role": "user", "content": "Tell me about Rome."}]
+    reply = client(hello).chat.completions.create(
+        model="hello", messages=messages, response_format=response_format, max_tokens=80
+    )
+    value = json.loads(reply.choices[0].message.content)
+    assert set(value) == {"city", "population"} and isinstance(value["population"], int)
+    chunks = list(
+        client(hello).chat.completions.create(
+            model="hello",
+            messages=messages,
+            response_format={"type": "json_object"},
+            max_tokens=80,
+            stream=True,
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert isinstance(json.loads(text), dict)
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}]
+)
+def test_forced_tool_call_is_always_valid(hello, tool_choice):
+    messages = [{"role": "user", "content": "Is it raining in Oslo?"}]
+    reply = client(hello).chat.completions.create(
+        model="hello",
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        tool_choice=tool_choice,
+        max_tokens=60,
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    arguments = json.loads(call.function.arguments)
+    assert set(arguments) == {"city", "unit"} and arguments["unit"] in ("C", "F")
+    chunks = list(
+        client(hello).chat.completions.create(
+            model="hello",
+            messages=messages,
+            tools=[WEATHER_TOOL],
+            tool_choice=tool_choice,
+            max_tokens=60,
+            stream=True,
+        )
+    )
+    deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert deltas[0].function.name == "get_weather"
+    json.loads("".join(tc.function.arguments or "" for tc in deltas))
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
