@@ -196,3 +196,24 @@ def test_cors_only_when_asked():
             server.base_url + CHAT, json=user("x"), headers={"origin": "http://app.example"}
         )
         assert "access-control-allow-origin" not in response.headers
+
+
+def test_wrong_key_timing_does_not_depend_on_its_prefix():
+    """Loose statistical check: keys sharing a long prefix with the real one are not slower."""
+    secret = "sk-" + "a" * 61
+    with serve(PROGRAMS / "echo.py", "--api-key", secret) as server:
+        url = server.base_url + "/v1/models"
+        candidates = {"shares_prefix": "sk-" + "a" * 60 + "b", "differs_at_once": "x" * 64}
+        timings: dict[str, list[float]] = {name: [] for name in candidates}
+        with httpx.Client() as http:
+            for _ in range(5):  # warm up the connection
+                http.get(url, headers={"authorization": "Bearer warmup"})
+            for _ in range(300):
+                for name, key in candidates.items():
+                    started = time.perf_counter()
+                    response = http.get(url, headers={"authorization": f"Bearer {key}"})
+                    timings[name].append(time.perf_counter() - started)
+                    assert response.status_code == 401
+    medians = {name: sorted(values)[len(values) // 2] for name, values in timings.items()}
+    ratio = medians["shares_prefix"] / medians["differs_at_once"]
+    assert 0.8 < ratio < 1.25, medians
