@@ -243,6 +243,8 @@ def sampling_params(options: dict[str, Any]) -> Any:
     stop = options.get(ModelOption.STOP_SEQUENCES, options.get("stop"))
     if stop:
         params.stop = [stop] if isinstance(stop, str) else list(stop)
+    if options.get("ignore_eos"):
+        params.ignore_eos = True
     bias = options.get("logit_bias")
     if bias:
         params.logit_bias = {int(k): float(v) for k, v in bias.items()}

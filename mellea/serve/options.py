@@ -25,6 +25,7 @@ _DIRECT = {
     "min_p": "min_p",
     "repetition_penalty": "repetition_penalty",
     "parallel_tool_calls": "parallel_tool_calls",
+    "ignore_eos": "ignore_eos",
 }
 
 

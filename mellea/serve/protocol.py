@@ -102,6 +102,7 @@ class ChatCompletionRequest(BaseModel):
     top_k: int | None = Field(default=None, ge=0, le=MAX_INT32)
     min_p: float | None = Field(default=None, ge=0, le=1)
     repetition_penalty: float | None = Field(default=None, gt=0, le=10)
+    ignore_eos: bool | None = None  # keep generating past end-of-sequence (benchmarks)
     # The mellea extension: requirements the program should check its output against.
     requirements: list[str] | None = None
 

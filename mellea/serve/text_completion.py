@@ -40,6 +40,7 @@ class CompletionRequest(BaseModel):
     top_k: int | None = Field(default=None, ge=0, le=MAX_INT32)
     min_p: float | None = Field(default=None, ge=0, le=1)
     repetition_penalty: float | None = Field(default=None, gt=0, le=10)
+    ignore_eos: bool | None = None  # keep generating past end-of-sequence (benchmarks)
 
     def prompts(self) -> list[str]:
         """The prompts as strings; 400 for token-id prompts and empty lists."""
