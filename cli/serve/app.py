@@ -142,7 +142,7 @@ def create_app(
         )
         return ReplyParser(reasoning, tools) if reasoning or tools else None
 
-    add_responses_routes(app, program, settings, metrics, reply_parser)
+    add_responses_routes(app, settings, metrics, reply_parser)
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -14,7 +14,6 @@ from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse, Response
 
 from cli.serve.observability import ServerMetrics, StreamTimer, record_usage
-from cli.serve.program import Program
 from cli.serve.settings import ServeSettings
 from mellea.serve.completion import run_program
 from mellea.serve.errors import OpenAIError, as_openai_error
@@ -39,18 +38,17 @@ CANCEL_WAIT_SECONDS = 5.0  # how long a cancel waits for the run to store its la
 
 def add_responses_routes(
     app: FastAPI,
-    program: Program,
     settings: ServeSettings,
     metrics: ServerMetrics,
     reply_parser: Callable[[Any], ReplyParser | None],
 ) -> None:
-    """Serve the Responses API on ``app``.
+    """Serve the Responses API on ``app`` (it runs ``app.state.program``).
 
     ``reply_parser(request)`` gives fresh parsers for one reply (it reads ``tools`` and
     ``tool_choice``). Responses are kept in SQLite: the file ``settings.responses_db``
     (shared by worker processes) or, without one, an in-memory database of this app.
     """
-    store = ResponseStore(getattr(settings, "responses_db", None))
+    store = ResponseStore(settings.responses_db)
     app.state.responses_store = store
     running: dict[str, _Running] = {}
     model_name = settings.served_model_name

@@ -12,7 +12,6 @@ import httpx
 import openai
 import pytest
 
-from cli.serve.settings import ServeSettings
 from mellea.serve.responses import ResponseStore, StoredResponse
 from tests.server import PROGRAMS, serve
 
@@ -548,9 +547,6 @@ def test_store_file_is_shared_between_processes_and_cancel_wins(tmp_path: Path):
     assert two.delete("resp_1") and one.get("resp_1") is None and not one.delete("resp_1")
 
 
-@pytest.mark.skipif(
-    not hasattr(ServeSettings, "responses_db"), reason="--responses-db is not wired up yet"
-)
 def test_workers_share_the_store_file(tmp_path: Path):
     db = tmp_path / "responses.db"
     with serve(PROGRAMS / "echo.py", "--workers", "2", "--responses-db", str(db)) as server:
