@@ -14,7 +14,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-SERVER, MODEL, LIMITS, SECURITY = "Server", "Model output", "Limits", "Security"
+SERVER, MODEL, LIMITS, SECURITY = "Server", "Model", "Limits", "Security"
 
 
 def _version(value: bool) -> None:
@@ -124,6 +124,14 @@ def serve(
             help="Split reasoning out of the reply: qwen3 (<think>...</think>) or deepseek_r1 \\[default: none].",
         ),
     ] = None,
+    kv_cache_memory: Annotated[
+        str | None,
+        typer.Option(
+            envvar="MELLEA_KV_CACHE_MEMORY",
+            rich_help_panel=MODEL,
+            help="KV-cache budget of the local engine: bytes (2GiB, 512MiB) or a fraction of memory (0.25) \\[default: 1GiB on CPU, capped by need].",
+        ),
+    ] = None,
     responses_db: Annotated[
         Path | None,
         typer.Option(
@@ -229,6 +237,7 @@ def serve(
         playground=playground,
         tool_call_parser=None if tool_call_parser.lower() == "none" else tool_call_parser,
         reasoning_parser=reasoning_parser,
+        kv_cache_memory=kv_cache_memory,
         responses_db=str(responses_db.expanduser().resolve()) if responses_db else None,
     )
     raise typer.Exit(run(settings))

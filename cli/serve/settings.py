@@ -37,6 +37,7 @@ class ServeSettings:
     tool_call_parser: str | None = "hermes"
     reasoning_parser: str | None = None
     responses_db: str | None = None
+    kv_cache_memory: str | None = None
 
     @property
     def served_model_name(self) -> str:
@@ -69,6 +70,17 @@ def check_settings(settings: ServeSettings) -> None:
     """Fail at start-up, not on the first request, for settings that cannot work."""
     from mellea.serve.parsers import get_reasoning_parser, get_tool_parser
 
+    if settings.kv_cache_memory:
+        from mellea.backends.local import parse_memory
+
+        try:
+            parse_memory(settings.kv_cache_memory)
+        except ValueError:
+            raise SettingsError(
+                f"--kv-cache-memory {settings.kv_cache_memory!r}: give bytes (e.g. 2GiB) "
+                "or a fraction of memory (e.g. 0.25)"
+            ) from None
+        os.environ["MELLEA_KV_CACHE_MEMORY"] = settings.kv_cache_memory
     try:
         if settings.tool_call_parser:
             get_tool_parser(settings.tool_call_parser)

@@ -38,6 +38,9 @@ def shared_engine(model_id: str | None = None, **engine_kwargs: Any) -> LocalEng
     selects the naive one-``generate()``-per-request engine (the benchmark baseline).
     """
     kind = os.environ.get("MELLEA_ENGINE", "paged")
+    budget = os.environ.get("MELLEA_KV_CACHE_MEMORY")
+    if budget and kind != "hf":
+        engine_kwargs.setdefault("kv_cache_memory", parse_memory(budget))
     key = (kind, model_id)
     with _engines_lock:
         engine = _engines.get(key)
@@ -45,6 +48,16 @@ def shared_engine(model_id: str | None = None, **engine_kwargs: Any) -> LocalEng
             engine = _build_engine(kind, model_id, engine_kwargs)
             _engines[key] = engine
         return engine
+
+
+def parse_memory(text: str) -> int | float:
+    """``"2GiB"``, ``"512MiB"``, ``"1000000"`` (bytes) or ``"0.25"`` (a fraction of memory)."""
+    units = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+    cleaned = text.strip().upper()
+    for unit, factor in units.items():
+        if cleaned.endswith(unit):
+            return int(float(cleaned[: -len(unit)]) * factor)
+    return float(cleaned) if "." in cleaned else int(cleaned)
 
 
 def engine_stats() -> dict[str, dict[str, Any]]:

@@ -187,3 +187,20 @@ def test_forced_tool_call_is_always_valid(hello, tool_choice):
     assert deltas[0].function.name == "get_weather"
     json.loads("".join(tc.function.arguments or "" for tc in deltas))
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_kv_cache_budget_flag_sets_the_block_count():
+    with serve(EXAMPLES / "hello.py", "--kv-cache-memory", "64MiB", "--no-playground") as server:
+        reply = client(server).chat.completions.create(
+            model="hello", messages=QUESTION, max_tokens=4
+        )
+        assert reply.choices[0].message.content
+        metrics = httpx.get(f"{server.base_url}/metrics").text
+    blocks = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(("m_serve_kv_cache_blocks_used{", "m_serve_kv_cache_blocks_free{"))
+    )
+    # SmolLM2-135M: 30 layers x (K and V) x 3 KV heads x 64 dims x 4 bytes = 46080 B/token.
+    block_bytes = 46080 * 16
+    assert blocks == (64 * 2**20) // block_bytes

@@ -101,3 +101,14 @@ def test_sampling_params_from_options():
     assert (params.temperature, params.max_tokens, params.seed, params.top_k) == (0.3, 9, 4, 3)
     assert params.stop == ["x"] and params.logit_bias == {17: -100.0}
     assert sampling_params({}).temperature == 0.0
+
+
+def test_memory_sizes():
+    from mellea.backends.local import parse_memory
+
+    assert parse_memory("2GiB") == 2 * 2**30
+    assert parse_memory("512MiB") == 512 * 2**20
+    assert parse_memory("1000") == 1000
+    assert parse_memory("0.25") == 0.25
+    with pytest.raises(ValueError):
+        parse_memory("lots")
