@@ -42,6 +42,7 @@ class AttentionMetadata:
     prefill_cu_seqlens: torch.Tensor | None = None  # [Bp + 1] int32
     prefill_context_lens: torch.Tensor | None = None  # [Bp] int32
     prefill_query_lens: tuple[int, ...] = ()
+    prefill_total_lens: tuple[int, ...] = ()  # prefill_context_lens as Python ints
     prefill_has_context: bool = False  # some chunk attends to tokens of earlier steps
 
 
@@ -86,16 +87,56 @@ def causal_prefill_attention(
     start = 0
     for length in query_lens:
         end = start + length
+        # 4-D inputs: with 3-D ones SDPA falls back to its slow math path on CPU.
         out = F.scaled_dot_product_attention(
-            q[start:end].transpose(0, 1),
-            k[start:end].transpose(0, 1),
-            v[start:end].transpose(0, 1),
+            q[start:end].transpose(0, 1)[None],
+            k[start:end].transpose(0, 1)[None],
+            v[start:end].transpose(0, 1)[None],
             is_causal=True,
             scale=scale,
             enable_gqa=gqa,
         )
-        outs.append(out.transpose(0, 1).reshape(length, -1))
+        outs.append(out[0].transpose(0, 1).reshape(length, -1))
         start = end
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+def cpu_paged_prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+) -> torch.Tensor:
+    """Prefill chunks that also attend to tokens already in the cache (a cached prefix
+    or an earlier chunk), read through the block tables. Same maths as
+    ``kernels.paged_attention_prefill``, with GQA inside SDPA instead of repeated K/V.
+    ``q``: [T, Hq, D] -> [T, Hq * D]."""
+    block_size, n_kv, head_dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
+    gqa = q.shape[1] != n_kv
+    outs = []
+    start = 0
+    for b, (length, total) in enumerate(
+        zip(meta.prefill_query_lens, meta.prefill_total_lens, strict=True)
+    ):
+        blocks = meta.prefill_block_tables[b, : -(-total // block_size)].long()
+        keys = k_cache.index_select(0, blocks).view(-1, n_kv, head_dim)[:total]
+        values = v_cache.index_select(0, blocks).view(-1, n_kv, head_dim)[:total]
+        # New token i sits at position total - length + i and sees everything up to it.
+        mask = None
+        if total > length:
+            mask = torch.ones(length, total, dtype=torch.bool, device=q.device).tril(total - length)
+        out = F.scaled_dot_product_attention(
+            q[start : start + length].transpose(0, 1)[None],
+            keys.transpose(0, 1)[None],
+            values.transpose(0, 1)[None],
+            attn_mask=mask,
+            is_causal=mask is None,
+            scale=scale,
+            enable_gqa=gqa,
+        )
+        outs.append(out[0].transpose(0, 1).reshape(length, -1))
+        start += length
     return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
@@ -192,6 +233,8 @@ class Attention(nn.Module):
         if self.fast_cpu and not meta.prefill_has_context:
             # Whole fresh prompts: attend over this step's K/V, no cache read-back.
             return causal_prefill_attention(q, k, v, meta.prefill_query_lens, self.scale)
+        if self.fast_cpu:
+            return cpu_paged_prefill_attention(q, k_cache, v_cache, meta, self.scale)
         out = kernels.paged_attention_prefill(
             q.contiguous(),
             k_cache,

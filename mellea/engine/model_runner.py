@@ -150,6 +150,7 @@ class ModelRunner:
             meta.prefill_context_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
             meta.prefill_block_tables = _table([s.block_table for s, _ in batch.prefills], dev)
             meta.prefill_query_lens = tuple(q_lens)
+            meta.prefill_total_lens = tuple(lens)
         meta.slot_mapping = torch.tensor(slots, dtype=torch.long, device=dev)
         return StepInputs(
             input_ids=torch.tensor(ids, dtype=torch.long, device=dev),
