@@ -139,9 +139,14 @@ class LocalBackend(Backend):
         except ValueError as exc:
             param = "tools" if forced_tools else "response_format" if params.grammar else None
             raise RequestError(str(exc), param=param) from None
-        if forced_tools:
-            return ModelOutputThunk.from_stream(_tool_call_chunks(_chunks(stream)))
-        return ModelOutputThunk.from_stream(_chunks(stream))
+        chunks = _chunks(stream)
+        thunk = ModelOutputThunk.from_stream(_tool_call_chunks(chunks) if forced_tools else chunks)
+        thunk.meta["count_tokens"] = self.count_tokens
+        return thunk
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens ``text`` is for this model (e.g. to report reasoning tokens)."""
+        return len(self.engine.tokenizer.encode(text, add_special_tokens=False))
 
 
 async def _chunks(stream: Any) -> AsyncIterator[GenerationChunk]:

@@ -14,6 +14,7 @@ from mellea.serve.protocol import (
     AssistantMessage,
     ChatCompletion,
     Choice,
+    CompletionTokensDetails,
     FinishReason,
     PromptTokensDetails,
     ResponseFunctionCall,
@@ -50,15 +51,19 @@ async def run_program(call: Awaitable[Any]) -> ModelOutputThunk:
         raise as_openai_error(exc) from None
 
 
-def usage_of(thunk: ModelOutputThunk) -> Usage | None:
-    """The thunk's token counts in wire form, if the backend reported them."""
+def usage_of(thunk: ModelOutputThunk, reasoning: str | None = None) -> Usage | None:
+    """The thunk's token counts in wire form, if the backend reported them.
+
+    With ``reasoning`` text and a backend that can count tokens (``meta["count_tokens"]``),
+    ``completion_tokens_details.reasoning_tokens`` says how many went to reasoning.
+    """
     raw = thunk.usage
     if not raw:
         return None
     prompt = int(raw.get("prompt_tokens", 0))
     completion = int(raw.get("completion_tokens", 0))
     cached = (raw.get("prompt_tokens_details") or {}).get("cached_tokens")
-    return Usage(
+    usage = Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
         total_tokens=int(raw.get("total_tokens", prompt + completion)),
@@ -66,6 +71,12 @@ def usage_of(thunk: ModelOutputThunk) -> Usage | None:
         if cached is not None
         else None,
     )
+    count = thunk.meta.get("count_tokens")
+    if reasoning and callable(count):
+        usage.completion_tokens_details = CompletionTokensDetails(
+            reasoning_tokens=min(int(count(reasoning)), completion)
+        )
+    return usage
 
 
 def tool_calls_of(thunk: ModelOutputThunk) -> list[ResponseToolCall] | None:
@@ -125,5 +136,5 @@ async def chat_completion(
         created=created,
         model=model,
         choices=[Choice(message=message, finish_reason=finish)],
-        usage=usage_of(thunk),
+        usage=usage_of(thunk, reasoning),
     )

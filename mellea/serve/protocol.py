@@ -131,6 +131,12 @@ class PromptTokensDetails(WireModel):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(WireModel):
+    """What the completion tokens were spent on."""
+
+    reasoning_tokens: int = 0
+
+
 class Usage(WireModel):
     """Token counts of a completion."""
 
@@ -138,6 +144,7 @@ class Usage(WireModel):
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails | None = None
+    completion_tokens_details: CompletionTokensDetails | None = None
 
 
 class ResponseFunctionCall(WireModel):

@@ -90,10 +90,12 @@ async def chat_completion_events(
         thunk = await before(deadline, source) if inspect.isawaitable(source) else source
         yield chunk(Delta(role="assistant", content=""))
         calls_sent = 0
+        reasoning: list[str] = []
 
         def reply_frames(delta: ReplyDelta) -> Iterator[dict[str, str]]:
             nonlocal calls_sent
             if delta.reasoning:
+                reasoning.append(delta.reasoning)
                 yield chunk(Delta(reasoning_content=delta.reasoning))
             if delta.content:
                 yield chunk(Delta(content=delta.content))
@@ -136,7 +138,7 @@ async def chat_completion_events(
                 yield frame
             calls_sent += 1
         yield chunk(Delta(), finish="tool_calls" if calls_sent else finish_reason_of(thunk))
-        usage = usage_of(thunk)
+        usage = usage_of(thunk, "".join(reasoning))
         if observer is not None:
             observer.on_finish(usage)
         if include_usage:

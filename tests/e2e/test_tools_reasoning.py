@@ -137,3 +137,15 @@ def test_unknown_parser_fails_at_startup_listing_the_valid_ones():
     assert "hermes" in result.stderr and "pythonic" in result.stderr
     result = m("serve", str(PROGRAMS / "echo.py"), "--reasoning-parser", "nope", "--port", "1")
     assert result.returncode == 1 and "qwen3" in result.stderr
+
+
+def test_usage_counts_reasoning_tokens(server):
+    reply = client(server).chat.completions.create(model="m", messages=ASK)
+    details = reply.usage.completion_tokens_details
+    assert details is not None and details.reasoning_tokens == 5  # "The user wants the weather."
+    chunks = list(
+        client(server).chat.completions.create(
+            model="m", messages=ASK, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == 5

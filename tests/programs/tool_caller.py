@@ -11,6 +11,18 @@ async def _pieces(text: str, size: int = 3):
     for start in range(0, len(text), size):
         await asyncio.sleep(0)
         yield GenerationChunk(text=text[start : start + size])
+    words = len(text.split())
+    yield GenerationChunk(
+        finish_reason="stop",
+        usage={"prompt_tokens": 3, "completion_tokens": words, "total_tokens": 3 + words},
+    )
+
+
+def _thunk(text: str) -> ModelOutputThunk:
+    """A streaming thunk whose "tokens" are words, so reasoning tokens can be counted."""
+    thunk = ModelOutputThunk.from_stream(_pieces(text))
+    thunk.meta["count_tokens"] = lambda part: len(part.split())
+    return thunk
 
 
 async def serve(input, requirements=None, model_options=None):
@@ -23,11 +35,11 @@ async def serve(input, requirements=None, model_options=None):
         return ModelOutputThunk(value="", tool_calls={call.name: call})
     text = "<think>The user wants the weather.</think>"
     if not tools:
-        return ModelOutputThunk.from_stream(_pieces(text + "No tools, so: sunny."))
+        return _thunk(text + "No tools, so: sunny.")
     calls = "".join(
         "<tool_call>"
         + json.dumps({"name": t["function"]["name"], "arguments": {"city": "Paris", "n": i}})
         + "</tool_call>"
         for i, t in enumerate(tools)
     )
-    return ModelOutputThunk.from_stream(_pieces(text + "Let me check. " + calls))
+    return _thunk(text + "Let me check. " + calls)
