@@ -18,6 +18,7 @@ class LocalEngine(Protocol):
 
     model_id: str
     max_model_len: int
+    tokenizer: Any
 
     def apply_chat_template(
         self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None
