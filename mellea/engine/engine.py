@@ -37,7 +37,12 @@ from mellea.engine.model_runner import ModelRunner, StepInputs
 from mellea.engine.scheduler import ScheduledBatch, Scheduler
 from mellea.engine.sequence import Sequence
 from mellea.engine.stops import StopChecker
-from mellea.engine.types import PromptTooLongError, RequestOutput, SamplingParams
+from mellea.engine.types import (
+    PromptTooLongError,
+    RequestOutput,
+    SamplingParams,
+    TokenLogprobs,
+)
 
 log = logging.getLogger("mellea.engine")
 
@@ -105,10 +110,14 @@ class RequestStream:
 
 
 def _merge(a: RequestOutput, b: RequestOutput) -> RequestOutput:
+    logprobs = None
+    if a.logprobs is not None or b.logprobs is not None:
+        logprobs = (a.logprobs or []) + (b.logprobs or [])
     return replace(
         b,
         text=a.text + b.text,
         token_ids=a.token_ids + b.token_ids,
+        logprobs=logprobs,
     )
 
 
@@ -320,6 +329,9 @@ class Engine:
             raise ValueError("repetition_penalty must be > 0")
         if any(not 0 <= int(t) < vocab for t in p.logit_bias):
             raise ValueError(f"logit_bias token ids must be in [0, {vocab})")
+        k = p.logprobs
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
+            raise ValueError("logprobs must be None or an integer in [0, 20]")
         if p.max_tokens is None:
             return room
         if p.max_tokens < 1:
@@ -357,7 +369,7 @@ class Engine:
             inputs = self.runner.prepare(batch)
         t1 = time.perf_counter()
         try:
-            tokens = self.runner.execute(inputs)
+            tokens, logprobs = self.runner.execute(inputs)
         except Exception as exc:  # e.g. out of memory: fail this batch's requests only
             log.exception("forward pass failed")
             self._fail(batch.decodes + [s for s, _ in batch.prefills], exc)
@@ -365,7 +377,7 @@ class Engine:
         t2 = time.perf_counter()
         with self._cond:
             self._steps += 1
-            deliveries = self._process(batch, inputs, tokens)
+            deliveries = self._process(batch, inputs, tokens, logprobs)
         for stream, output in deliveries:
             self._send(stream, output)
         t3 = time.perf_counter()
@@ -375,12 +387,16 @@ class Engine:
         return True
 
     def _process(
-        self, batch: ScheduledBatch, inputs: StepInputs, tokens: list[int]
+        self,
+        batch: ScheduledBatch,
+        inputs: StepInputs,
+        tokens: list[int],
+        logprobs: list[TokenLogprobs | None] | None,
     ) -> list[tuple[RequestStream, RequestOutput]]:
         """Append sampled tokens, detokenize, check stops; finish what is done."""
         self.scheduler.finish_step(batch)
         deliveries = []
-        for seq, token in zip(inputs.sampled, tokens, strict=True):
+        for i, (seq, token) in enumerate(zip(inputs.sampled, tokens, strict=True)):
             if seq.is_finished:  # aborted while the model ran
                 continue
             seq.token_ids.append(token)
@@ -388,8 +404,10 @@ class Engine:
             reason = stops.check_token(token, seq.num_output)
             if seq.constraint is not None and not seq.constraint.accept(token) and reason is None:
                 reason = "stop"  # cannot happen with the mask applied; never run off-grammar
-            if reason == "stop":  # a stop token: its own text is not shown
+            entry = logprobs[i] if logprobs is not None else None
+            if reason == "stop":  # a stop token: its own text (and logprobs) are not shown
                 text, hit = stops.feed(detok.flush())
+                entry = None
             else:
                 text, hit = stops.feed(detok.step([token]))
                 if reason is not None and not hit:
@@ -409,14 +427,21 @@ class Engine:
                 self._streams.pop(seq.request_id, None)
                 self._seqs.pop(seq.request_id, None)
             if stream is not None:
-                deliveries.append((stream, self._output(seq, text, [token])))
+                shown = [entry] if entry is not None else []
+                deliveries.append((stream, self._output(seq, text, [token], shown)))
         return deliveries
 
     def _pop_stream(self, request_id: str) -> RequestStream | None:
         ref = self._streams.pop(request_id, None)
         return ref() if ref is not None else None
 
-    def _output(self, seq: Sequence, text: str, token_ids: list[int]) -> RequestOutput:
+    def _output(
+        self,
+        seq: Sequence,
+        text: str,
+        token_ids: list[int],
+        logprobs: list[TokenLogprobs] | None = None,
+    ) -> RequestOutput:
         return RequestOutput(
             request_id=seq.request_id,
             text=text,
@@ -426,6 +451,7 @@ class Engine:
             cached_tokens=seq.num_cached,
             finished=seq.is_finished,
             finish_reason=seq.finish_reason,
+            logprobs=(logprobs or []) if seq.params.logprobs is not None else None,
         )
 
     def _fail(self, seqs: list[Sequence], exc: Exception) -> None:

@@ -53,6 +53,8 @@ class HFGenerateEngine:
         """Start ``generate()`` in a thread; return an async iterator of text deltas."""
         if params.grammar is not None:
             raise ValueError("constrained decoding needs the batching engine (unset MELLEA_ENGINE)")
+        if params.logprobs is not None:
+            raise ValueError("logprobs are not supported by the naive hf engine")
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if len(ids) >= self.max_model_len:
             raise PromptTooLongError(

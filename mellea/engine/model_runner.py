@@ -16,6 +16,7 @@ from mellea.engine.model import AttentionMetadata, build_model
 from mellea.engine.sampler import SamplingBatch, build_sampling_batch, sample
 from mellea.engine.scheduler import ScheduledBatch
 from mellea.engine.sequence import Sequence
+from mellea.engine.types import TokenLogprobs
 
 
 @dataclass
@@ -162,12 +163,16 @@ class ModelRunner:
         )
 
     @torch.inference_mode()
-    def execute(self, inputs: StepInputs) -> list[int]:
-        """Run the forward pass; return the next token of each sampled sequence."""
+    def execute(self, inputs: StepInputs) -> tuple[list[int], list[TokenLogprobs | None] | None]:
+        """Run the forward pass; return the next token of each sampled sequence.
+
+        Also returns their logprobs (see :func:`sample`): None when none asked.
+        """
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
         if not inputs.sampled:
-            return []
+            return [], None
         if inputs.logits_indices is not None:
             hidden = hidden[inputs.logits_indices]
         logits = self.model.compute_logits(hidden)
-        return sample(logits.cpu() if logits.is_cuda else logits, inputs.sampling).tolist()
+        tokens, logprobs = sample(logits.cpu() if logits.is_cuda else logits, inputs.sampling)
+        return tokens.tolist(), logprobs

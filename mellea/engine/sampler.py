@@ -3,6 +3,7 @@
 Everything is vectorized over the batch; each processing stage runs only when some
 row asks for it, so an all-greedy batch is a plain argmax. Seeded rows draw from
 their own ``torch.Generator`` so their tokens do not depend on what else is batched.
+Logprobs, when some row asks for them, come from the raw logits, before all of that.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 
 from mellea.engine.constraints import Constraint, mask_logits
 from mellea.engine.sequence import Sequence
+from mellea.engine.types import TokenLogprobs
 
 
 @dataclass
@@ -35,6 +37,7 @@ class SamplingBatch:
     bias_cols: torch.Tensor | None = None
     bias_values: torch.Tensor | None = None
     constraints: list[Constraint | None] | None = None  # grammar per row, if any row has one
+    logprobs_k: list[int | None] | None = None  # SamplingParams.logprobs per row, if any asks
 
 
 def _padded(rows: list[list[int]], pad: int) -> torch.Tensor:
@@ -51,13 +54,15 @@ def build_sampling_batch(seqs: list[Sequence], vocab_size: int) -> SamplingBatch
     bias = any(p.logit_bias for p in params)
     constraints = [s.constraint for s in seqs]
     grammars = constraints if any(c is not None for c in constraints) else None
+    ks = [p.logprobs for p in params]
+    logprobs_k = ks if any(k is not None for k in ks) else None
     if all(p.temperature == 0 for p in params) and not penalties and not bias:
-        return SamplingBatch(all_greedy=True, constraints=grammars)
+        return SamplingBatch(all_greedy=True, constraints=grammars, logprobs_k=logprobs_k)
 
     def column(values: list[float]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.float32).unsqueeze(1)
 
-    batch = SamplingBatch(all_greedy=False, constraints=grammars)
+    batch = SamplingBatch(all_greedy=False, constraints=grammars, logprobs_k=logprobs_k)
     batch.greedy = torch.tensor([p.temperature == 0 for p in params])
     batch.temperature = column([p.temperature or 1.0 for p in params])
     if any(p.top_k > 0 for p in params):
@@ -132,8 +137,46 @@ def apply_truncation(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor
     return logits
 
 
-def sample(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """fp32 logits [B, V] -> next token ids [B] (long)."""
+def sample(
+    logits: torch.Tensor, batch: SamplingBatch
+) -> tuple[torch.Tensor, list[TokenLogprobs | None] | None]:
+    """fp32 logits [B, V] -> (next token ids [B] (long), logprobs per row).
+
+    The logprobs are None when no row asked for them, else one entry per row (None
+    for the rows that did not ask): the log-softmax of ``logits`` as given, before
+    any processing. ``logits`` may be modified in place.
+    """
+    if batch.logprobs_k is None:
+        return pick_tokens(logits, batch), None
+    asking = {i: k for i, k in enumerate(batch.logprobs_k) if k is not None}
+    rows = list(asking)
+    # A new tensor, so the in-place stages of pick_tokens leave it alone.
+    logprobs = torch.log_softmax(logits if len(rows) == len(logits) else logits[rows], dim=-1)
+    tokens = pick_tokens(logits, batch)
+    return tokens, _token_logprobs(logprobs, tokens, asking)
+
+
+def _token_logprobs(
+    logprobs: torch.Tensor, tokens: torch.Tensor, asking: dict[int, int]
+) -> list[TokenLogprobs | None]:
+    """An entry for each row in ``asking`` (row -> k; ``logprobs`` holds those rows in
+    order), None for the other rows of ``tokens``."""
+    rows = list(asking)
+    picked = tokens[rows]
+    chosen = logprobs.gather(1, picked.unsqueeze(1)).squeeze(1).tolist()
+    max_k = min(max(asking.values()), logprobs.shape[1])
+    top_values, top_ids = (t.tolist() for t in logprobs.topk(max_k, dim=-1))
+    out: list[TokenLogprobs | None] = [None] * len(tokens)
+    for row, token, logprob, ids, values in zip(
+        rows, picked.tolist(), chosen, top_ids, top_values, strict=True
+    ):
+        k = asking[row]
+        out[row] = TokenLogprobs(token, logprob, list(zip(ids[:k], values[:k], strict=True)))
+    return out
+
+
+def pick_tokens(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """fp32 logits [B, V] -> next token ids [B] (long); may modify ``logits`` in place."""
     if batch.constraints is not None:
         mask_logits(logits, batch.constraints)
     if batch.all_greedy:

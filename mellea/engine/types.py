@@ -32,6 +32,20 @@ class SamplingParams:
     # An llguidance grammar (see mellea.engine.constraints.json_schema_grammar): only
     # tokens it allows are sampled, so the output always matches it.
     grammar: str | None = None
+    # Per-token log-probabilities: None for none (no extra cost), k in 0..20 for the
+    # sampled token's logprob plus the k most likely tokens. They are the fp32
+    # log-softmax of the model's raw next-token logits, taken before logit bias,
+    # penalties, temperature, top-k/top-p/min-p and the grammar mask.
+    logprobs: int | None = None
+
+
+@dataclass
+class TokenLogprobs:
+    """The log-probabilities of one generated token (see ``SamplingParams.logprobs``)."""
+
+    token_id: int  # the sampled token
+    logprob: float  # its log-probability
+    top: list[tuple[int, float]]  # the k most likely (token id, logprob), best first
 
 
 @dataclass
@@ -49,3 +63,6 @@ class RequestOutput:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
     finished: bool = False
     finish_reason: FinishReason | None = None
+    # When the request asked for logprobs: one entry per token of ``token_ids``, in
+    # order, except a stop token (EOS or ``stop_token_ids``) that ends the request.
+    logprobs: list[TokenLogprobs] | None = None

@@ -129,3 +129,10 @@ def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
             pad_token_id=2,
         )
     return out[0, len(prompt) :].tolist()
+
+
+def hf_logprobs(model, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    """[len(tokens), vocab] fp32 log-softmax of the model's logits before each of ``tokens``."""
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + tokens])).logits[0].float()
+    return torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from mellea.engine.types import PromptTooLongError, SamplingParams
-from tests.engine.conftest import collect, generate, hf_greedy
+from mellea.engine.types import PromptTooLongError, RequestOutput, SamplingParams, TokenLogprobs
+from tests.engine.conftest import collect, generate, hf_greedy, hf_logprobs
 
 PROMPTS = [
     list(range(100, 105)),
@@ -235,6 +235,8 @@ async def test_invalid_requests(make_engine):
         SamplingParams(top_k=-1),
         SamplingParams(max_tokens=0),
         SamplingParams(logit_bias={10**9: 1.0}),
+        SamplingParams(logprobs=21),
+        SamplingParams(logprobs=-1),
     ):
         with pytest.raises(ValueError):
             engine.add_request(PROMPTS[0], bad)
@@ -301,3 +303,102 @@ async def test_shutdown_ends_open_streams(make_engine):
     assert outs[-1].finish_reason == "abort"
     with pytest.raises(RuntimeError):
         engine.add_request(PROMPTS[0], SamplingParams())
+
+
+async def collect_logprobs(stream) -> tuple[list[int], list[TokenLogprobs] | None, RequestOutput]:
+    """Drain a stream: (all token ids, all logprobs entries or None, the final output)."""
+    tokens: list[int] = []
+    entries: list[TokenLogprobs] | None = None
+    async for out in stream:
+        tokens += out.token_ids
+        if out.logprobs is not None:
+            entries = (entries or []) + out.logprobs
+        else:
+            assert entries is None, "logprobs in some outputs of a request but not others"
+    return tokens, entries, out
+
+
+def check_against_hf(model, prompt: list[int], tokens: list[int], entries, k: int) -> None:
+    """Each entry is the HF model's raw log-softmax at its position (fp32, peaked logits
+    of magnitude ~100 on the tiny model: allow a few ulps of that)."""
+    reference = hf_logprobs(model, prompt, tokens[: len(entries)])
+    for row, token, entry in zip(reference, tokens, entries, strict=False):
+        assert entry.token_id == token
+        assert entry.logprob == pytest.approx(row[token].item(), abs=1e-4)
+        values, ids = row.topk(k)
+        assert [t for t, _ in entry.top] == ids.tolist()
+        assert [v for _, v in entry.top] == pytest.approx(values.tolist(), abs=1e-4)
+
+
+async def test_logprobs_match_hf(make_engine, tiny_hf_model):
+    engine = make_engine()
+    greedy = SamplingParams(max_tokens=12, logprobs=3)
+    sampled = SamplingParams(max_tokens=12, logprobs=1, temperature=1.0, seed=5)
+    streams = [
+        engine.add_request(PROMPTS[0], greedy),
+        engine.add_request(PROMPTS[1], SamplingParams(max_tokens=12)),
+        engine.add_request(PROMPTS[2], sampled),
+    ]
+    results = await asyncio.gather(*(collect_logprobs(s) for s in streams))
+    (tokens, entries, last), (_, none, _), (drawn, drawn_entries, _) = results
+    assert tokens == hf_greedy(tiny_hf_model, PROMPTS[0], 12)
+    assert last.finish_reason == "length" and len(entries) == len(tokens) == 12
+    check_against_hf(tiny_hf_model, PROMPTS[0], tokens, entries, 3)
+    assert all(e.top[0] == (e.token_id, e.logprob) for e in entries)  # greedy
+    assert none is None
+    assert len(drawn_entries) == len(drawn)
+    check_against_hf(tiny_hf_model, PROMPTS[2], drawn, drawn_entries, 1)
+
+
+async def test_logprobs_skip_only_a_final_stop_token(make_engine):
+    engine = make_engine()
+    prompt = PROMPTS[2]
+    ((tokens, text, _),) = await generate(engine, [prompt], SamplingParams(max_tokens=20))
+    params = SamplingParams(max_tokens=20, stop_token_ids=[tokens[4]], logprobs=0)
+    stopped, entries, last = await collect_logprobs(engine.add_request(prompt, params))
+    assert last.finish_reason == "stop" and stopped[-1] == tokens[4]
+    assert [e.token_id for e in entries] == stopped[:-1]
+    assert all(e.top == [] for e in entries)
+    # EOS: the request ends at once with no entry at all.
+    params = SamplingParams(max_tokens=5, logit_bias={2: 1000.0}, logprobs=2)
+    stopped, entries, last = await collect_logprobs(engine.add_request(prompt, params))
+    assert (stopped, entries, last.finish_reason) == ([2], [], "stop")
+    # A stop string is text: the tokens that make it up keep their entries.
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    params = SamplingParams(max_tokens=20, stop=[stop], logprobs=1)
+    stopped, entries, last = await collect_logprobs(engine.add_request(prompt, params))
+    assert last.finish_reason == "stop" and len(stopped) < 20
+    assert [e.token_id for e in entries] == stopped
+
+
+async def test_logprobs_are_taken_before_the_grammar_mask(make_engine, tiny_hf_model):
+    from mellea.engine.constraints import json_schema_grammar
+
+    engine = make_engine()
+    prompt = engine.tokenizer.encode("hello")
+    grammar = json_schema_grammar({"type": "object", "properties": {"a": {"type": "integer"}}})
+    params = SamplingParams(max_tokens=8, grammar=grammar, logprobs=2)
+    tokens, entries, _ = await collect_logprobs(engine.add_request(prompt, params))
+    check_against_hf(tiny_hf_model, prompt, tokens, entries, 2)
+    assert any(e.top[0][0] != e.token_id for e in entries)  # the mask overrode the model
+
+
+def test_merge_concatenates_logprobs():
+    from mellea.engine.engine import _merge
+
+    def out(token: int, logprobs: bool) -> RequestOutput:
+        entries = [TokenLogprobs(token, -1.0, [])] if logprobs else None
+        return RequestOutput("r", "", [token], 1, 1, logprobs=entries)
+
+    merged = _merge(out(3, True), out(4, True))
+    assert merged.token_ids == [3, 4]
+    assert [e.token_id for e in merged.logprobs] == [3, 4]
+    assert _merge(out(3, False), out(4, False)).logprobs is None
+
+
+def test_naive_engine_rejects_logprobs(tiny_model_dir):
+    from mellea.engine.hf_generate import HFGenerateEngine
+
+    engine = HFGenerateEngine(str(tiny_model_dir))
+    with pytest.raises(ValueError, match="logprobs"):
+        engine.add_request([1, 2, 3], SamplingParams(logprobs=1))

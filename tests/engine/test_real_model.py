@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mellea.engine.types import SamplingParams
-from tests.engine.conftest import generate, hf_greedy
+from tests.engine.conftest import generate, hf_greedy, hf_logprobs
 
 pytestmark = pytest.mark.model
 
@@ -47,3 +47,20 @@ async def test_model_facts(real_engine):
     assert 2 in real_engine.eos_token_ids
     stats = real_engine.stats()
     assert stats["kv_cache_bytes"] <= 1 << 30
+
+
+async def test_logprobs_equal_hf(real_engine, real_hf_model):
+    prompt = real_engine.apply_chat_template([{"role": "user", "content": QUESTIONS[0]}])
+    stream = real_engine.add_request(prompt, SamplingParams(max_tokens=16, logprobs=5))
+    tokens, entries = [], []
+    async for out in stream:
+        tokens += out.token_ids
+        entries += out.logprobs
+    assert tokens == hf_greedy(real_hf_model, prompt, 16)
+    assert len(entries) == len(tokens) - (tokens[-1] == 2)  # a final EOS has no entry
+    reference = hf_logprobs(real_hf_model, prompt, tokens)
+    for row, token, entry in zip(reference, tokens, entries, strict=False):
+        assert entry.token_id == token and entry.top[0] == (token, entry.logprob)
+        assert entry.logprob == pytest.approx(row[token].item(), abs=1e-4)
+        assert [t for t, _ in entry.top] == row.topk(5).indices.tolist()
+        assert [v for _, v in entry.top] == pytest.approx(row.topk(5).values.tolist(), abs=1e-4)

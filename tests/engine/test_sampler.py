@@ -1,7 +1,8 @@
-"""Sampling: greedy, temperature, top-k/top-p/min-p, penalties, bias, seeds."""
+"""Sampling: greedy, temperature, top-k/top-p/min-p, penalties, bias, seeds, logprobs."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from mellea.engine.sampler import build_sampling_batch, sample
@@ -23,7 +24,7 @@ def seqs(*params: SamplingParams, outputs: list[int] = ()) -> list[Sequence]:
 
 
 def run(logits: torch.Tensor, batch_seqs: list[Sequence]) -> list[int]:
-    return sample(logits.clone(), build_sampling_batch(batch_seqs, VOCAB)).tolist()
+    return sample(logits.clone(), build_sampling_batch(batch_seqs, VOCAB))[0].tolist()
 
 
 def logits_row(values: list[float]) -> torch.Tensor:
@@ -34,7 +35,9 @@ def test_all_greedy_is_argmax():
     logits = torch.randn(3, VOCAB)
     batch = build_sampling_batch(seqs(SamplingParams(), SamplingParams(), SamplingParams()), VOCAB)
     assert batch.all_greedy
-    assert sample(logits, batch).tolist() == logits.argmax(-1).tolist()
+    tokens, logprobs = sample(logits, batch)
+    assert tokens.tolist() == logits.argmax(-1).tolist()
+    assert logprobs is None
 
 
 def test_mixed_greedy_and_random_rows():
@@ -116,17 +119,68 @@ def test_seeded_rows_reproducible_regardless_of_batch():
     seeded = SamplingParams(temperature=1.0, seed=42)
     alone = seqs(seeded)[0]
     draws_alone = [
-        sample(logits[1:2].clone(), build_sampling_batch([alone], VOCAB)).item() for _ in range(10)
+        sample(logits[1:2].clone(), build_sampling_batch([alone], VOCAB))[0].item()
+        for _ in range(10)
     ]
     # A fresh sequence with the same seed, batched between rows that consume random
     # numbers of their own, draws the same tokens.
     batched = seqs(seeded)[0]
     others = seqs(SamplingParams(temperature=1.0), SamplingParams(temperature=2.0, seed=7))
     draws_batched = [
-        sample(logits.clone(), build_sampling_batch([others[0], batched, others[1]], VOCAB))[
+        sample(logits.clone(), build_sampling_batch([others[0], batched, others[1]], VOCAB))[0][
             1
         ].item()
         for _ in range(10)
     ]
     assert draws_alone == draws_batched
     assert len(set(draws_alone)) > 1
+
+
+def test_logprobs_only_for_rows_that_ask():
+    torch.manual_seed(0)
+    logits = torch.randn(4, VOCAB) * 3
+    reference = torch.log_softmax(logits, dim=-1)
+    params = [
+        SamplingParams(logprobs=3),
+        SamplingParams(temperature=1.0),
+        SamplingParams(logprobs=0),
+        SamplingParams(temperature=0.7, top_k=3, logprobs=20),  # more than the vocab
+    ]
+    batch = build_sampling_batch(seqs(*params), VOCAB)
+    assert batch.logprobs_k == [3, None, 0, 20]
+    tokens, logprobs = sample(logits.clone(), batch)
+    assert logprobs is not None and len(logprobs) == 4
+    assert logprobs[1] is None
+    assert logprobs[2].top == [] and logprobs[2].token_id == int(logits[2].argmax())
+    assert [len(logprobs[i].top) for i in (0, 3)] == [3, VOCAB]
+    for i in (0, 2, 3):
+        entry = logprobs[i]
+        assert entry.token_id == tokens[i].item()
+        assert entry.logprob == pytest.approx(reference[i, entry.token_id].item(), abs=1e-6)
+        ids = [t for t, _ in entry.top]
+        assert ids == reference[i].argsort(descending=True)[: len(ids)].tolist()
+        assert [v for _, v in entry.top] == pytest.approx(reference[i, ids].tolist(), abs=1e-6)
+    assert logprobs[0].top[0] == (logprobs[0].token_id, logprobs[0].logprob)  # greedy
+
+
+def test_logprobs_ignore_bias_penalties_and_temperature():
+    logits = logits_row([2.0, 1.0, 0.5] + [0.0] * 7)
+    reference = torch.log_softmax(logits[0], dim=-1)
+    plain = sample(logits.clone(), build_sampling_batch(seqs(SamplingParams(logprobs=2)), VOCAB))
+    processed = SamplingParams(
+        logprobs=2, logit_bias={5: 100.0}, temperature=0.3, repetition_penalty=2.0
+    )
+    tokens, logprobs = sample(logits.clone(), build_sampling_batch(seqs(processed), VOCAB))
+    (entry,) = logprobs
+    assert tokens.tolist() == [5]  # the bias picked the token...
+    assert entry.token_id == 5  # the bias picked the token, but not its logprob:
+    assert entry.logprob == pytest.approx(reference[5].item(), abs=1e-6)
+    assert entry.top == plain[1][0].top
+    assert [t for t, _ in entry.top] == [0, 1]
+    assert [v for _, v in entry.top] == pytest.approx(reference[:2].tolist(), abs=1e-6)
+
+
+def test_no_logprobs_keeps_the_plain_batch():
+    batch = build_sampling_batch(seqs(SamplingParams(), SamplingParams(temperature=1.0)), VOCAB)
+    assert batch.logprobs_k is None
+    assert sample(torch.randn(2, VOCAB), batch)[1] is None
