@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import replace
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,7 +35,7 @@ from mellea.serve.errors import (
     param_path,
     server_error_body,
 )
-from mellea.serve.options import serve_arguments
+from mellea.serve.options import choice_options, serve_arguments
 from mellea.serve.parsers import ReplyParser, get_reasoning_parser, get_tool_parser
 from mellea.serve.protocol import (
     ChatCompletion,
@@ -173,32 +173,37 @@ def create_app(
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest) -> ChatCompletion | Response:
-        """Run the program on a chat request; stream the reply when asked to."""
+        """Run the program on a chat request (once per choice); stream the reply when asked to."""
         started = time.monotonic()
         deadline = started + settings.request_timeout if settings.request_timeout else None
         args = serve_arguments(body)
         completion_id, created = new_completion_id(), int(time.time())
-        running = asyncio.ensure_future(run_program(app.state.program.call(args)))
-        parser = reply_parser(body)
+        running = [
+            asyncio.ensure_future(
+                run_program(app.state.program.call(replace(args, model_options=o)))
+            )
+            for o in choice_options(args.model_options, body.n or 1)
+        ]
+        parsers = [reply_parser(body) for _ in running]
+        logprobs = bool(body.logprobs)
         if not body.stream:
             completion = await _complete(
-                running, deadline, completion_id, created, model_name, parser
+                running, deadline, completion_id, created, model_name, parsers, logprobs
             )
             record_usage(metrics, completion.usage)
             return completion
-        # Give the program a moment: if it fails fast, the client gets a real status.
-        done, _ = await asyncio.wait({running}, timeout=settings.first_result_wait)
-        source: Any = running.result() if done else running
+        await _first_results(running, settings.first_result_wait)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         events = chat_completion_events(
-            source,
+            [task.result() if task.done() else task for task in running],
+            parsers,
             completion_id=completion_id,
             created=created,
             model=model_name,
             include_usage=include_usage,
+            logprobs=logprobs,
             deadline=deadline,
             observer=StreamTimer(metrics, started),
-            parser=parser,
         )
         return stream_response(
             events,
@@ -208,16 +213,19 @@ def create_app(
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest) -> Completion | Response:
-        """Complete one or more text prompts (legacy completions API)."""
+        """Complete one or more text prompts (legacy completions API), ``n`` choices each."""
         started = time.monotonic()
         deadline = started + settings.request_timeout if settings.request_timeout else None
         options = completion_options(body)
-        prompts = body.prompts()
+        n = body.n or 1
+        prompts = [prompt for prompt in body.prompts() for _ in range(n)]
+        per_choice = choice_options(options, n) * (len(prompts) // n)
         completion_id, created = new_text_completion_id(), int(time.time())
         running = [
-            asyncio.ensure_future(run_program(app.state.program.complete(p, dict(options))))
-            for p in prompts
+            asyncio.ensure_future(run_program(app.state.program.complete(p, o)))
+            for p, o in zip(prompts, per_choice, strict=True)
         ]
+        logprobs = body.logprobs is not None
         if not body.stream:
             try:
                 thunks = [await before(deadline, task) for task in running]
@@ -230,6 +238,8 @@ def create_app(
                         created=created,
                         model=model_name,
                         echo=bool(body.echo),
+                        logprobs=logprobs,
+                        n=n,
                     ),
                 )
             except StreamTimeoutError:
@@ -239,10 +249,7 @@ def create_app(
                     task.cancel()
             record_usage(metrics, completion.usage)
             return completion
-        await asyncio.wait(running, timeout=settings.first_result_wait)
-        for task in running:
-            if task.done():
-                task.result()  # a fast failure gets a real status
+        await _first_results(running, settings.first_result_wait)
         events = text_completion_events(
             list(running),
             prompts,
@@ -251,6 +258,8 @@ def create_app(
             model=model_name,
             include_usage=bool(body.stream_options and body.stream_options.include_usage),
             echo=bool(body.echo),
+            logprobs=logprobs,
+            n=n,
             deadline=deadline,
         )
         return stream_response(
@@ -262,22 +271,37 @@ def create_app(
     return app
 
 
+async def _first_results(running: list[asyncio.Future[ModelOutputThunk]], wait: float) -> None:
+    """Give the program a moment: if a call fails fast, the client gets a real status."""
+    await asyncio.wait(running, timeout=wait)
+    for task in running:
+        if task.done():
+            task.result()
+
+
 async def _complete(
-    running: asyncio.Future[ModelOutputThunk],
+    running: list[asyncio.Future[ModelOutputThunk]],
     deadline: float | None,
     completion_id: str,
     created: int,
     model: str,
-    parser: ReplyParser | None,
+    parsers: list[ReplyParser | None],
+    logprobs: bool,
 ) -> ChatCompletion:
     """The non-streamed reply; past the deadline the generation is cancelled (504)."""
-    thunk: ModelOutputThunk | None = None
+    thunks: list[ModelOutputThunk] = []
     try:
-        thunk = await before(deadline, running)
+        for task in running:
+            thunks.append(await before(deadline, task))
         return await before(
             deadline,
             chat_completion(
-                thunk, completion_id=completion_id, created=created, model=model, parser=parser
+                thunks,
+                parsers,
+                completion_id=completion_id,
+                created=created,
+                model=model,
+                logprobs=logprobs,
             ),
         )
     except StreamTimeoutError:
@@ -285,8 +309,11 @@ async def _complete(
     except Exception as exc:
         raise as_openai_error(exc) from None
     finally:
-        if thunk is not None and not thunk.is_computed():
-            await thunk.aclose()
+        for task in running:
+            task.cancel()
+        for thunk in thunks:
+            if not thunk.is_computed():
+                await thunk.aclose()
 
 
 def _install_error_handlers(app: FastAPI) -> None:

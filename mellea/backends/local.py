@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from mellea.backends.base import Backend, openai_tools, schema_hint
+from mellea.backends.logprobs import TokenTexts, engine_logprobs
 from mellea.backends.model_options import ModelOption
 from mellea.core.errors import ContextLengthExceededError, RequestError
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
@@ -109,6 +110,7 @@ class LocalBackend(Backend):
         super().__init__(model_options)
         self.engine = engine if engine is not None else shared_engine(model_id, **engine_kwargs)
         self.model_id = model_id or self.engine.model_id
+        self.token_texts = TokenTexts(self.engine.tokenizer)
 
     async def generate(
         self,
@@ -140,7 +142,7 @@ class LocalBackend(Backend):
         except ValueError as exc:
             param = "tools" if forced_tools else "response_format" if params.grammar else None
             raise RequestError(str(exc), param=param) from None
-        chunks = _chunks(stream)
+        chunks = _chunks(stream, self.token_texts if params.logprobs is not None else None)
         thunk = ModelOutputThunk.from_stream(_tool_call_chunks(chunks) if forced_tools else chunks)
         thunk.meta["count_tokens"] = self.count_tokens
         return thunk
@@ -150,11 +152,16 @@ class LocalBackend(Backend):
         return len(self.engine.tokenizer.encode(text, add_special_tokens=False))
 
 
-async def _chunks(stream: Any) -> AsyncIterator[GenerationChunk]:
-    """Engine outputs as thunk chunks; closing this generator aborts the request."""
+async def _chunks(stream: Any, texts: TokenTexts | None) -> AsyncIterator[GenerationChunk]:
+    """Engine outputs as thunk chunks; closing this generator aborts the request.
+
+    With ``texts``, the engine's token log-probabilities come along, with token texts.
+    """
     try:
         async for out in stream:
             chunk = GenerationChunk(text=out.text)
+            if texts is not None and out.logprobs is not None:
+                chunk.logprobs = engine_logprobs(out.logprobs, texts)
             if out.finished:
                 chunk.finish_reason = "length" if out.finish_reason == "length" else "stop"
                 chunk.usage = {
@@ -222,17 +229,25 @@ async def _tool_call_chunks(
 
     from mellea.core.tool_call import ModelToolCall
 
-    text, last = "", GenerationChunk()
+    text, last, logprobs = "", GenerationChunk(), []
     async for chunk in chunks:
         text += chunk.text
+        logprobs += chunk.logprobs or []
         last = chunk
     try:
         call = json.loads(text)
         tool_calls = [ModelToolCall(call["name"], None, call.get("arguments") or {})]
     except (ValueError, KeyError, TypeError):  # cut short by max_tokens: keep the text
-        yield GenerationChunk(text=text, finish_reason=last.finish_reason, usage=last.usage)
+        yield GenerationChunk(
+            text=text, finish_reason=last.finish_reason, usage=last.usage, logprobs=logprobs or None
+        )
         return
-    yield GenerationChunk(finish_reason=last.finish_reason, usage=last.usage, tool_calls=tool_calls)
+    yield GenerationChunk(
+        finish_reason=last.finish_reason,
+        usage=last.usage,
+        tool_calls=tool_calls,
+        logprobs=logprobs or None,
+    )
 
 
 def sampling_params(options: dict[str, Any]) -> Any:
@@ -264,6 +279,8 @@ def sampling_params(options: dict[str, Any]) -> Any:
         params.stop = [stop] if isinstance(stop, str) else list(stop)
     if options.get("ignore_eos"):
         params.ignore_eos = True
+    if options.get("logprobs"):
+        params.logprobs = int(options.get("top_logprobs") or 0)
     bias = options.get("logit_bias")
     if bias:
         params.logit_bias = {int(k): float(v) for k, v in bias.items()}

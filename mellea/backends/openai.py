@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from mellea.backends.base import Backend, openai_tools
+from mellea.backends.logprobs import openai_logprobs
 from mellea.backends.model_options import ModelOption
 from mellea.core.errors import RequestError
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
@@ -33,6 +34,8 @@ _PASSTHROUGH = {
     "parallel_tool_calls",
     "response_format",
     "n",
+    "logprobs",
+    "top_logprobs",
 }
 _EXTRA_BODY = {"top_k", "min_p", "repetition_penalty"}
 
@@ -148,8 +151,12 @@ async def _chunks(stream: Any) -> AsyncIterator[GenerationChunk]:
                         entry["args"] += call.function.arguments or ""
                 if choice.finish_reason:
                     finish = choice.finish_reason
-                if delta.content:
-                    yield GenerationChunk(text=delta.content)
+                logprobs = choice.logprobs.content if choice.logprobs is not None else None
+                if delta.content or logprobs:
+                    yield GenerationChunk(
+                        text=delta.content or "",
+                        logprobs=openai_logprobs(logprobs) if logprobs else None,
+                    )
         tool_calls = [_tool_call(entry) for entry in calls.values()] or None
         yield GenerationChunk(finish_reason=finish or "stop", usage=usage, tool_calls=tool_calls)
     finally:

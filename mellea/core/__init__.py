@@ -1,6 +1,7 @@
 """Core types a program works with: thunks, requirements, sampling results, tool calls."""
 
 from mellea.core.errors import ContextLengthExceededError, RequestError
+from mellea.core.logprobs import TokenLogprob
 from mellea.core.requirement import Requirement, ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ComputedModelOutputThunk, GenerationChunk, ModelOutputThunk
@@ -15,5 +16,6 @@ __all__ = [
     "RequestError",
     "Requirement",
     "SamplingResult",
+    "TokenLogprob",
     "ValidationResult",
 ]

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mellea.core.logprobs import TokenLogprob
 from mellea.core.tool_call import ModelToolCall
 
 
@@ -18,6 +19,7 @@ class GenerationChunk:
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     tool_calls: list[ModelToolCall] | None = None
+    logprobs: list[TokenLogprob] | None = None  # one per token of ``text``, when asked for
 
 
 DoneHook = Callable[["ModelOutputThunk"], Awaitable[None] | None]
@@ -50,6 +52,9 @@ class ModelOutputThunk:
         self.tool_calls: dict[str, ModelToolCall] | None = tool_calls
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = "stop" if self._computed else None
+        # Per-token log-probabilities, when the request asked for them and the backend
+        # can report them; grows as the generation streams in.
+        self.logprobs: list[TokenLogprob] | None = None
 
     @classmethod
     def from_stream(
@@ -129,6 +134,10 @@ class ModelOutputThunk:
             self.finish_reason = chunk.finish_reason
         if chunk.usage is not None:
             self.usage = chunk.usage
+        if chunk.logprobs is not None:
+            if self.logprobs is None:
+                self.logprobs = []
+            self.logprobs.extend(chunk.logprobs)
         if chunk.tool_calls:
             calls = self.tool_calls or {}
             calls.update({call.name: call for call in chunk.tool_calls})
@@ -170,5 +179,6 @@ class ComputedModelOutputThunk(ModelOutputThunk):
             super().__init__(source.value or "", source.meta, source.parsed_repr, source.tool_calls)
             self.usage = source.usage
             self.finish_reason = source.finish_reason
+            self.logprobs = source.logprobs
             return
         super().__init__(value, meta, parsed_repr, tool_calls)

@@ -9,6 +9,7 @@ from typing import Any
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
 from mellea.serve.errors import as_openai_error
+from mellea.serve.logprobs import chat_logprobs
 from mellea.serve.parsers import ReplyParser
 from mellea.serve.protocol import (
     AssistantMessage,
@@ -54,8 +55,9 @@ async def run_program(call: Awaitable[Any]) -> ModelOutputThunk:
 def usage_of(thunk: ModelOutputThunk, reasoning: str | None = None) -> Usage | None:
     """The thunk's token counts in wire form, if the backend reported them.
 
-    With ``reasoning`` text and a backend that can count tokens (``meta["count_tokens"]``),
-    ``completion_tokens_details.reasoning_tokens`` says how many went to reasoning.
+    ``completion_tokens_details.reasoning_tokens`` comes from the backend's own report
+    (e.g. a model server behind the ``openai`` backend) or, with ``reasoning`` text and
+    a backend that can count tokens (``meta["count_tokens"]``), from counting it.
     """
     raw = thunk.usage
     if not raw:
@@ -71,12 +73,43 @@ def usage_of(thunk: ModelOutputThunk, reasoning: str | None = None) -> Usage | N
         if cached is not None
         else None,
     )
+    reported = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")
     count = thunk.meta.get("count_tokens")
-    if reasoning and callable(count):
+    if reported is not None:
+        usage.completion_tokens_details = CompletionTokensDetails(reasoning_tokens=int(reported))
+    elif reasoning and callable(count):
         usage.completion_tokens_details = CompletionTokensDetails(
             reasoning_tokens=min(int(count(reasoning)), completion)
         )
     return usage
+
+
+def total_usage(usages: list[Usage | None], n: int = 1) -> Usage | None:
+    """The usage of a whole reply from its choices' (``None`` if no choice reported any).
+
+    Choices come ``n`` per prompt: a prompt's tokens count once, every choice's
+    completion tokens count.
+    """
+    if all(u is None for u in usages):
+        return None
+    total = Usage()
+    cached, reasoning = None, None
+    for index, usage in enumerate(usages):
+        if usage is None:
+            continue
+        if index % n == 0:
+            total.prompt_tokens += usage.prompt_tokens
+            if usage.prompt_tokens_details is not None:
+                cached = (cached or 0) + usage.prompt_tokens_details.cached_tokens
+        total.completion_tokens += usage.completion_tokens
+        if usage.completion_tokens_details is not None:
+            reasoning = (reasoning or 0) + usage.completion_tokens_details.reasoning_tokens
+    total.total_tokens = total.prompt_tokens + total.completion_tokens
+    if cached is not None:
+        total.prompt_tokens_details = PromptTokensDetails(cached_tokens=cached)
+    if reasoning is not None:
+        total.completion_tokens_details = CompletionTokensDetails(reasoning_tokens=reasoning)
+    return total
 
 
 def tool_calls_of(thunk: ModelOutputThunk) -> list[ResponseToolCall] | None:
@@ -101,18 +134,37 @@ def finish_reason_of(thunk: ModelOutputThunk) -> FinishReason:
 
 
 async def chat_completion(
-    thunk: ModelOutputThunk,
+    thunks: list[ModelOutputThunk],
+    parsers: list[ReplyParser | None],
     *,
     completion_id: str,
     created: int,
     model: str,
-    parser: ReplyParser | None = None,
+    logprobs: bool = False,
 ) -> ChatCompletion:
-    """Await the whole reply and build the non-streamed completion.
+    """Await every choice's whole reply and build the non-streamed completion.
 
-    With a ``parser``, reasoning and tool calls written in the model's text are split
-    out into ``reasoning_content`` and ``tool_calls``.
+    With a parser, reasoning and tool calls written in the model's text are split out
+    into ``reasoning_content`` and ``tool_calls``. With ``logprobs``, each choice
+    carries what its backend reported (``null`` when it reported none).
     """
+    choices, usages = [], []
+    for index, (thunk, parser) in enumerate(zip(thunks, parsers, strict=True)):
+        choice, usage = await _choice(index, thunk, parser, logprobs)
+        choices.append(choice)
+        usages.append(usage)
+    return ChatCompletion(
+        id=completion_id,
+        created=created,
+        model=model,
+        choices=choices,
+        usage=total_usage(usages, n=len(usages)),
+    )
+
+
+async def _choice(
+    index: int, thunk: ModelOutputThunk, parser: ReplyParser | None, logprobs: bool
+) -> tuple[Choice, Usage | None]:
     text = await thunk.avalue()
     reasoning, content = None, text
     calls = tool_calls_of(thunk) or []
@@ -130,11 +182,10 @@ async def chat_completion(
         tool_calls=calls or None,
         reasoning_content=reasoning,
     )
-    finish = "tool_calls" if calls else finish_reason_of(thunk)
-    return ChatCompletion(
-        id=completion_id,
-        created=created,
-        model=model,
-        choices=[Choice(message=message, finish_reason=finish)],
-        usage=usage_of(thunk, reasoning),
+    choice = Choice(
+        index=index,
+        message=message,
+        logprobs=chat_logprobs(thunk.logprobs) if logprobs and thunk.logprobs else None,
+        finish_reason="tool_calls" if calls else finish_reason_of(thunk),
     )
+    return choice, usage_of(thunk, reasoning)

@@ -29,6 +29,11 @@ _DIRECT = {
 }
 
 
+# Model option keys asking the backend for token log-probabilities (OpenAI chat's names).
+LOGPROBS = "logprobs"
+TOP_LOGPROBS = "top_logprobs"
+
+
 @dataclass
 class ServeArguments:
     """What ``serve()`` is called with, derived from one request."""
@@ -47,6 +52,9 @@ def serve_arguments(request: ChatCompletionRequest) -> ServeArguments:
     """
     reject_unsupported(request)
     options = sampling_options(request)
+    if request.logprobs:
+        options[LOGPROBS] = True
+        options[TOP_LOGPROBS] = request.top_logprobs or 0
     if request.tools:
         options[ModelOption.TOOLS] = [tool.model_dump(exclude_none=True) for tool in request.tools]
     if request.tool_choice is not None:
@@ -70,6 +78,26 @@ def serve_arguments(request: ChatCompletionRequest) -> ServeArguments:
         format=format_model,
         client_options=client_options,
     )
+
+
+def choice_options(options: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """The model options of each of ``n`` choices, so that they differ.
+
+    Choice ``i`` gets ``seed + i`` when a seed was sent (the same seed would repeat
+    the same reply). Without a temperature the choices sample at 1.0, OpenAI's
+    default, because the local backend's default is greedy and would repeat too.
+    """
+    if n == 1:
+        return [options]
+    result = []
+    for i in range(n):
+        each = dict(options)
+        seed = each.get(ModelOption.SEED)
+        if seed is not None:
+            each[ModelOption.SEED] = seed + i if seed + i < 2**63 else seed - i
+        each.setdefault(ModelOption.TEMPERATURE, 1.0)
+        result.append(each)
+    return result
 
 
 def sampling_options(request: Any) -> dict[str, Any]:
@@ -99,10 +127,6 @@ def sampling_options(request: Any) -> dict[str, Any]:
 
 def reject_common(request: Any) -> None:
     """400 for shared fields whose values the server cannot honour."""
-    if request.n is not None and request.n > 1:
-        raise OpenAIError(400, "n > 1 is not supported; send one request per choice", param="n")
-    if request.logprobs:
-        raise OpenAIError(400, "logprobs are not supported by this server", param="logprobs")
     if request.stream_options is not None and not request.stream:
         raise OpenAIError(
             400, "stream_options is only allowed when stream is true", param="stream_options"
@@ -128,6 +152,8 @@ def reject_unsupported(request: ChatCompletionRequest) -> None:
                 f"tool_choice names {choice.function.name!r}, which is not in tools",
                 param="tool_choice",
             )
+    if request.top_logprobs is not None and not request.logprobs:
+        raise OpenAIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     if choice in ("required",) and not request.tools:
         raise OpenAIError(400, "tool_choice 'required' needs tools", param="tool_choice")
 

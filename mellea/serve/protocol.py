@@ -172,13 +172,35 @@ class AssistantMessage(WireModel):
     reasoning_content: str | None = None
 
 
+class TopLogprob(WireModel):
+    """A likely token at one position, with its log-probability."""
+
+    keep_none = frozenset({"bytes"})
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class ChatTokenLogprob(TopLogprob):
+    """A generated token's log-probability and the most likely alternatives."""
+
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(WireModel):
+    """The ``logprobs`` of a chat choice (or of one stream chunk's tokens)."""
+
+    keep_none = frozenset({"content"})
+    content: list[ChatTokenLogprob] | None = None
+
+
 class Choice(WireModel):
     """One reply of a non-streamed completion."""
 
     keep_none = frozenset({"logprobs"})
     index: int = 0
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason = "stop"
 
 
@@ -230,7 +252,7 @@ class ChunkChoice(WireModel):
     keep_none = frozenset({"logprobs", "finish_reason"})
     index: int = 0
     delta: Delta
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason | None = None
 
 

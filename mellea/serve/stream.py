@@ -17,8 +17,9 @@ from typing import Any, Protocol, TypeVar
 from sse_starlette.sse import EventSourceResponse
 
 from mellea.core.thunk import ModelOutputThunk
-from mellea.serve.completion import finish_reason_of, tool_calls_of, usage_of
+from mellea.serve.completion import finish_reason_of, tool_calls_of, total_usage, usage_of
 from mellea.serve.errors import StreamTimeoutError, as_openai_error
+from mellea.serve.logprobs import chat_logprobs, completion_logprobs
 from mellea.serve.parsers import ReplyDelta, ReplyParser
 from mellea.serve.protocol import (
     ChatCompletionChunk,
@@ -56,101 +57,187 @@ async def before(deadline: float | None, awaitable: Awaitable[T]) -> T:
         raise StreamTimeoutError from None
 
 
+ThunkSource = ModelOutputThunk | Awaitable[ModelOutputThunk]
+
+
 async def chat_completion_events(
-    source: ModelOutputThunk | Awaitable[ModelOutputThunk],
+    sources: list[ThunkSource],
+    parsers: list[ReplyParser | None],
     *,
     completion_id: str,
     created: int,
     model: str,
     include_usage: bool = False,
+    logprobs: bool = False,
     deadline: float | None = None,
     observer: StreamObserver | None = None,
-    parser: ReplyParser | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """SSE events (``{"data": ...}`` dicts) for one streamed chat completion.
 
-    With a ``parser``, reasoning goes out as ``reasoning_content`` deltas and tool
-    calls in the text as ``tool_calls`` deltas, never as content.
+    Each source is one choice (``n`` > 1 gives several); their chunks interleave, each
+    with its ``index``. With a parser, that choice's reasoning goes out as
+    ``reasoning_content`` deltas and tool calls in the text as ``tool_calls`` deltas,
+    never as content. With ``logprobs``, each chunk carries the log-probabilities of
+    the tokens that arrived with it.
 
-    ``source`` may still be an awaitable (the program is still running); its
-    failure then becomes an error frame. If the consumer stops early (the client
-    disconnected) or ``deadline`` (a ``time.monotonic()`` value) passes, the thunk is
-    closed, which cancels its generation.
+    A source may still be an awaitable (the program is still running); its failure
+    then becomes an error frame. If the consumer stops early (the client
+    disconnected) or ``deadline`` (a ``time.monotonic()`` value) passes, the thunks
+    are closed, which cancels their generation.
     """
+    usages: list[Usage | None] = [None] * len(sources)
 
-    def chunk(delta: Delta, finish: Any = None, usage: Usage | None = None) -> dict[str, str]:
-        choices = [] if usage is not None else [ChunkChoice(delta=delta, finish_reason=finish)]
-        frame = ChatCompletionChunk(
-            id=completion_id, created=created, model=model, choices=choices, usage=usage
+    def frame(choice: ChunkChoice | None, usage: Usage | None = None) -> dict[str, str]:
+        body = ChatCompletionChunk(
+            id=completion_id,
+            created=created,
+            model=model,
+            choices=[] if choice is None else [choice],
+            usage=usage,
         )
-        return {"data": frame.model_dump_json()}
+        return {"data": body.model_dump_json()}
 
+    streams = [
+        _chat_choice_chunks(
+            index, source, parser, usages, logprobs=logprobs, deadline=deadline, observer=observer
+        )
+        for index, (source, parser) in enumerate(zip(sources, parsers, strict=True))
+    ]
+    chunks = streams[0] if len(streams) == 1 else merged(streams)
+    try:
+        async for choice in chunks:
+            yield frame(choice)
+        usage = total_usage(usages, n=len(usages))  # one prompt, n choices
+        if observer is not None:
+            observer.on_finish(usage)
+        if include_usage:
+            yield frame(None, usage=usage or Usage())
+    except (asyncio.CancelledError, GeneratorExit):
+        raise
+    except Exception as exc:
+        yield error_event(exc, completion_id)
+    finally:
+        await asyncio.shield(_close(chunks))
+    yield {"data": DONE}
+
+
+async def _chat_choice_chunks(
+    index: int,
+    source: ThunkSource,
+    parser: ReplyParser | None,
+    usages: list[Usage | None],
+    *,
+    logprobs: bool,
+    deadline: float | None,
+    observer: StreamObserver | None,
+) -> AsyncIterator[ChunkChoice]:
+    """One choice's stream chunks: role, deltas, tool calls, finish; its usage into ``usages``."""
     thunk: ModelOutputThunk | None = None
+    calls_sent = 0
+    reasoning: list[str] = []
+    logprobs_sent = 0
+
+    def choice(delta: Delta, finish: Any = None) -> ChunkChoice:
+        nonlocal logprobs_sent
+        entries = None
+        if logprobs and thunk is not None:
+            entries = chat_logprobs((thunk.logprobs or [])[logprobs_sent:])
+            logprobs_sent = len(thunk.logprobs or [])
+            if not entries.content:
+                entries = None
+        return ChunkChoice(index=index, delta=delta, logprobs=entries, finish_reason=finish)
+
+    def call_chunks(call_id: str | None, name: str, arguments: str) -> Iterator[ChunkChoice]:
+        nonlocal calls_sent
+        opening = ChunkToolCall(
+            index=calls_sent,
+            id=call_id,
+            type="function",
+            function=ChunkToolCallFunction(name=name, arguments=""),
+        )
+        yield choice(Delta(tool_calls=[opening]))
+        fragment = ChunkToolCallFunction(arguments=arguments)
+        yield choice(Delta(tool_calls=[ChunkToolCall(index=calls_sent, function=fragment)]))
+        calls_sent += 1
+
+    def reply_chunks(delta: ReplyDelta) -> Iterator[ChunkChoice]:
+        if delta.reasoning:
+            reasoning.append(delta.reasoning)
+            yield choice(Delta(reasoning_content=delta.reasoning))
+        if delta.content:
+            yield choice(Delta(content=delta.content))
+        for call in delta.tool_calls:
+            yield from call_chunks(call.id, call.name or "", call.arguments or "")
+
     try:
         thunk = await before(deadline, source) if inspect.isawaitable(source) else source
-        yield chunk(Delta(role="assistant", content=""))
-        calls_sent = 0
-        reasoning: list[str] = []
-
-        def reply_frames(delta: ReplyDelta) -> Iterator[dict[str, str]]:
-            nonlocal calls_sent
-            if delta.reasoning:
-                reasoning.append(delta.reasoning)
-                yield chunk(Delta(reasoning_content=delta.reasoning))
-            if delta.content:
-                yield chunk(Delta(content=delta.content))
-            for call in delta.tool_calls:
-                yield from call_frames(calls_sent, call.id, call.name or "", call.arguments or "")
-                calls_sent += 1
-
-        def call_frames(
-            index: int, call_id: str | None, name: str, arguments: str
-        ) -> Iterator[dict[str, str]]:
-            opening = ChunkToolCall(
-                index=index,
-                id=call_id,
-                type="function",
-                function=ChunkToolCallFunction(name=name, arguments=""),
-            )
-            yield chunk(Delta(tool_calls=[opening]))
-            fragment = ChunkToolCallFunction(arguments=arguments)
-            yield chunk(Delta(tool_calls=[ChunkToolCall(index=index, function=fragment)]))
-
+        yield ChunkChoice(index=index, delta=Delta(role="assistant", content=""))
         while True:
             text = await before(deadline, thunk.astream())
             if text:
                 if observer is not None:
                     observer.on_content()
                 if parser is None:
-                    yield chunk(Delta(content=text))
+                    yield choice(Delta(content=text))
                 else:
-                    for frame in reply_frames(parser.feed(text)):
-                        yield frame
+                    for item in reply_chunks(parser.feed(text)):
+                        yield item
             elif thunk.is_computed():
                 break
         if parser is not None:
-            for frame in reply_frames(parser.finish()):
-                yield frame
+            for item in reply_chunks(parser.finish()):
+                yield item
         for call in tool_calls_of(thunk) or []:
-            for frame in call_frames(
-                calls_sent, call.id, call.function.name, call.function.arguments
-            ):
-                yield frame
-            calls_sent += 1
-        yield chunk(Delta(), finish="tool_calls" if calls_sent else finish_reason_of(thunk))
-        usage = usage_of(thunk, "".join(reasoning))
-        if observer is not None:
-            observer.on_finish(usage)
-        if include_usage:
-            yield chunk(Delta(), usage=usage or Usage())
-    except (asyncio.CancelledError, GeneratorExit):
-        raise
-    except Exception as exc:
-        yield error_event(exc, completion_id)
+            for item in call_chunks(call.id, call.function.name, call.function.arguments):
+                yield item
+        yield choice(Delta(), finish="tool_calls" if calls_sent else finish_reason_of(thunk))
+        usages[index] = usage_of(thunk, "".join(reasoning))
     finally:
         if thunk is not None and not thunk.is_computed():
             await asyncio.shield(thunk.aclose())
-    yield {"data": DONE}
+
+
+async def merged(streams: list[AsyncIterator[T]]) -> AsyncIterator[T]:
+    """The items of all ``streams`` as they arrive.
+
+    The first failure is raised here and the other streams are stopped; closing this
+    iterator stops them all.
+    """
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    async def pump(stream: AsyncIterator[T]) -> None:
+        try:
+            async for item in stream:
+                await queue.put(("item", item))
+            await queue.put(("end", None))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await queue.put(("error", exc))
+        finally:
+            await _close(stream)
+
+    tasks = [asyncio.ensure_future(pump(stream)) for stream in streams]
+    try:
+        running = len(tasks)
+        while running:
+            kind, value = await queue.get()
+            if kind == "error":
+                raise value
+            if kind == "end":
+                running -= 1
+            else:
+                yield value
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _close(stream: AsyncIterator[Any]) -> None:
+    closer = getattr(stream, "aclose", None)
+    if closer is not None:
+        await closer()
 
 
 def stream_response(
@@ -184,7 +271,7 @@ def _json(body: dict[str, Any]) -> str:
 
 
 async def text_completion_events(
-    sources: list[ModelOutputThunk | Awaitable[ModelOutputThunk]],
+    sources: list[ThunkSource],
     prompts: list[str],
     *,
     completion_id: str,
@@ -192,62 +279,67 @@ async def text_completion_events(
     model: str,
     include_usage: bool = False,
     echo: bool = False,
+    logprobs: bool = False,
+    n: int = 1,
     deadline: float | None = None,
 ) -> AsyncIterator[dict[str, str]]:
-    """SSE events for a streamed ``/v1/completions`` reply, one choice per prompt.
+    """SSE events for a streamed ``/v1/completions`` reply.
 
-    The prompts run concurrently; their chunks interleave, each with its ``index``.
+    ``sources[i]`` completes ``prompts[i]`` and is choice ``i`` (each prompt appears
+    ``n`` times in a row); the choices run concurrently and their chunks interleave,
+    each with its ``index``.
     """
-    from mellea.serve.text_completion import Completion, CompletionChoice, add_usage
+    from mellea.serve.text_completion import Completion, CompletionChoice
 
-    # (index, text or failure, finish reason): pumps never raise, they hand failures over.
-    queue: asyncio.Queue[tuple[int, str | BaseException | None, Any]] = asyncio.Queue()
-    total = Usage()
+    usages: list[Usage | None] = [None] * len(sources)
 
     def frame(choices: list[CompletionChoice], usage: Usage | None = None) -> dict[str, str]:
         body = Completion(id=completion_id, created=created, model=model, choices=choices)
         body.usage = usage
         return {"data": body.model_dump_json()}
 
-    async def pump(index: int, source: Any) -> None:
+    async def choice_chunks(index: int, source: ThunkSource) -> AsyncIterator[CompletionChoice]:
         thunk: ModelOutputThunk | None = None
+        offset = 0  # where the next token's text starts in this choice's text
+        sent = 0  # log-probability entries already sent
+
+        def choice(text: str, finish: Any = None) -> CompletionChoice:
+            nonlocal offset, sent
+            entries = None
+            if logprobs and thunk is not None and thunk.logprobs:
+                entries = completion_logprobs(thunk.logprobs[sent:], offset)
+                sent = len(thunk.logprobs)
+                offset += sum(len(token) for token in entries.tokens)
+            return CompletionChoice(index=index, text=text, logprobs=entries, finish_reason=finish)
+
         try:
             thunk = await before(deadline, source) if inspect.isawaitable(source) else source
             if echo:
-                await queue.put((index, prompts[index], None))
+                yield CompletionChoice(index=index, text=prompts[index])
             while True:
                 text = await before(deadline, thunk.astream())
                 if text:
-                    await queue.put((index, text, None))
+                    yield choice(text)
                 elif thunk.is_computed():
                     break
-            add_usage(total, usage_of(thunk))
+            usages[index] = usage_of(thunk)
             reason = finish_reason_of(thunk)
-            await queue.put((index, None, "stop" if reason == "tool_calls" else reason))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            await queue.put((index, exc, None))
+            yield choice("", "stop" if reason == "tool_calls" else reason)
         finally:
             if thunk is not None and not thunk.is_computed():
                 await asyncio.shield(thunk.aclose())
 
-    tasks = [asyncio.ensure_future(pump(i, source)) for i, source in enumerate(sources)]
+    streams = [choice_chunks(i, source) for i, source in enumerate(sources)]
+    chunks = streams[0] if len(streams) == 1 else merged(streams)
     try:
-        finished = 0
-        while finished < len(tasks):
-            index, item, reason = await queue.get()
-            if isinstance(item, BaseException):
-                raise item
-            finished += reason is not None
-            yield frame([CompletionChoice(index=index, text=item or "", finish_reason=reason)])
+        async for item in chunks:
+            yield frame([item])
         if include_usage:
-            yield frame([], usage=total)
+            yield frame([], usage=total_usage(usages, n))
     except (asyncio.CancelledError, GeneratorExit):
         raise
     except Exception as exc:
         yield error_event(exc, completion_id)
     finally:
-        for task in tasks:
-            task.cancel()
+        await asyncio.shield(_close(chunks))
     yield {"data": DONE}

@@ -9,8 +9,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mellea.core.thunk import ModelOutputThunk
-from mellea.serve.completion import finish_reason_of, usage_of
+from mellea.serve.completion import finish_reason_of, total_usage, usage_of
 from mellea.serve.errors import OpenAIError
+from mellea.serve.logprobs import CompletionLogprobs, completion_logprobs
 from mellea.serve.protocol import MAX_INT32, StreamOptions, Usage, WireModel
 
 
@@ -56,6 +57,13 @@ class CompletionRequest(BaseModel):
         """400 for completion fields the server cannot honour."""
         if self.suffix is not None:
             raise OpenAIError(400, "suffix is not supported by this server", param="suffix")
+        if self.echo and self.logprobs is not None:
+            raise OpenAIError(
+                400,
+                "echo with logprobs needs the prompt's log-probabilities, "
+                "which this server does not compute",
+                param="logprobs",
+            )
         if self.best_of is not None and self.best_of > 1:
             raise OpenAIError(400, "best_of > 1 is not supported", param="best_of")
 
@@ -66,7 +74,7 @@ class CompletionChoice(WireModel):
     keep_none = frozenset({"logprobs", "finish_reason"})
     index: int
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: Literal["stop", "length", "content_filter"] | None = None
 
 
@@ -95,36 +103,43 @@ async def text_completion(
     created: int,
     model: str,
     echo: bool = False,
+    logprobs: bool = False,
+    n: int = 1,
 ) -> Completion:
-    """Await every prompt's reply and build the non-streamed completion."""
-    choices = []
-    total = Usage()
+    """Await every choice's reply and build the non-streamed completion.
+
+    ``thunks[i]`` completes ``prompts[i]``; each prompt appears ``n`` times in a row.
+    """
+    choices, usages = [], []
     for index, (thunk, prompt) in enumerate(zip(thunks, prompts, strict=True)):
         text = await thunk.avalue()
         reason = finish_reason_of(thunk)
+        entries = thunk.logprobs if logprobs else None
         choices.append(
             CompletionChoice(
                 index=index,
                 text=(prompt + text) if echo else text,
+                logprobs=completion_logprobs(entries) if entries else None,
                 finish_reason="stop" if reason == "tool_calls" else reason,
             )
         )
-        add_usage(total, usage_of(thunk))
-    return Completion(id=completion_id, created=created, model=model, choices=choices, usage=total)
-
-
-def add_usage(total: Usage, usage: Usage | None) -> None:
-    """Add ``usage`` into ``total`` in place."""
-    if usage is None:
-        return
-    total.prompt_tokens += usage.prompt_tokens
-    total.completion_tokens += usage.completion_tokens
-    total.total_tokens += usage.total_tokens
+        usages.append(usage_of(thunk))
+    return Completion(
+        id=completion_id,
+        created=created,
+        model=model,
+        choices=choices,
+        usage=total_usage(usages, n) or Usage(),
+    )
 
 
 def completion_options(request: CompletionRequest) -> dict[str, Any]:
     """Model options for a completion request (only what the client sent)."""
-    from mellea.serve.options import sampling_options
+    from mellea.serve.options import LOGPROBS, TOP_LOGPROBS, sampling_options
 
     request.reject_unsupported()
-    return sampling_options(request)
+    options = sampling_options(request)
+    if request.logprobs is not None:
+        options[LOGPROBS] = True
+        options[TOP_LOGPROBS] = request.logprobs
+    return options

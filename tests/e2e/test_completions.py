@@ -73,8 +73,8 @@ def test_streaming_several_prompts(echo):
     [
         ({"prompt": "x", "suffix": "end"}, "suffix"),
         ({"prompt": "x", "best_of": 3}, "best_of"),
-        ({"prompt": "x", "n": 2}, "n"),
-        ({"prompt": "x", "logprobs": 2}, "logprobs"),
+        ({"prompt": "x", "n": 129}, "n"),
+        ({"prompt": "x", "logprobs": 6}, "logprobs"),
         ({"prompt": [1, 2, 3]}, "prompt"),
         ({"prompt": []}, "prompt"),
         ({}, "prompt"),

@@ -189,6 +189,57 @@ def test_forced_tool_call_is_always_valid(hello, tool_choice):
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+def test_chat_logprobs_from_the_engine(hello):
+    kwargs = {"model": "hello", "messages": QUESTION, "temperature": 0, "max_tokens": 12}
+    reply = client(hello).chat.completions.create(logprobs=True, top_logprobs=3, **kwargs)
+    choice = reply.choices[0]
+    entries = choice.logprobs.content
+    # Every generated token has an entry, except the end-of-sequence token.
+    assert len(entries) == reply.usage.completion_tokens - (choice.finish_reason == "stop")
+    assert "".join(e.token for e in entries) == choice.message.content
+    for entry in entries:
+        assert entry.logprob <= 0 and len(entry.top_logprobs) == 3
+        assert bytes(entry.bytes).decode("utf-8", "backslashreplace") == entry.token
+        best = entry.top_logprobs[0]  # greedy: the token taken is the most likely one
+        assert (best.token, best.logprob) == (entry.token, entry.logprob)
+        assert [t.logprob for t in entry.top_logprobs] == sorted(
+            (t.logprob for t in entry.top_logprobs), reverse=True
+        )
+    streamed = []
+    for chunk in client(hello).chat.completions.create(
+        logprobs=True, top_logprobs=3, stream=True, **kwargs
+    ):
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            streamed += chunk.choices[0].logprobs.content
+    assert [e.token for e in streamed] == [e.token for e in entries]
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in entries], abs=1e-4)
+
+
+def test_completions_logprobs_from_the_engine(hello):
+    reply = client(hello).completions.create(
+        model="hello", prompt="The capital of France is", max_tokens=6, temperature=0, logprobs=2
+    )
+    choice = reply.choices[0]
+    assert "".join(choice.logprobs.tokens) == choice.text
+    assert len(choice.logprobs.token_logprobs) == 6
+    assert all(len(top) <= 2 for top in choice.logprobs.top_logprobs)
+    assert choice.logprobs.text_offset[0] == 0
+
+
+def test_n_choices_sample_differently(hello):
+    reply = client(hello).chat.completions.create(
+        model="hello",
+        messages=[{"role": "user", "content": "Write a short poem about the sea."}],
+        n=3,
+        seed=11,
+        max_tokens=16,
+    )
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    texts = [c.message.content for c in reply.choices]
+    assert all(texts) and len(set(texts)) > 1, texts
+    assert 3 < reply.usage.completion_tokens <= 3 * 16
+
+
 def test_kv_cache_budget_flag_sets_the_block_count():
     with serve(EXAMPLES / "hello.py", "--kv-cache-memory", "64MiB", "--no-playground") as server:
         reply = client(server).chat.completions.create(

@@ -184,8 +184,8 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
         ({"messages": user("x"), "temperature": 5}, "temperature"),
         ({"messages": user("x"), "temperature": "hot"}, "temperature"),
         ({"messages": user("x"), "max_tokens": 0}, "max_tokens"),
-        ({"messages": user("x"), "n": 2}, "n"),
-        ({"messages": user("x"), "logprobs": True}, "logprobs"),
+        ({"messages": user("x"), "n": 129}, "n"),
+        ({"messages": user("x"), "top_logprobs": 2}, "top_logprobs"),
         ({"messages": user("x"), "stream_options": {"include_usage": True}}, "stream_options"),
         ({"messages": user("x"), "logit_bias": {"hello": 1}}, "logit_bias"),
         ({"messages": user("x"), "response_format": {"type": "json_schema"}}, "response_format"),
@@ -231,8 +231,8 @@ def test_body_over_limit_is_413(echo):
 
 def test_openai_client_raises_typed_errors(echo):
     with pytest.raises(openai.BadRequestError) as info:
-        client(echo).chat.completions.create(model="m", messages=user("x"), n=3)
-    assert info.value.body["param"] == "n"
+        client(echo).chat.completions.create(model="m", messages=user("x"), top_logprobs=3)
+    assert info.value.body["param"] == "top_logprobs"
 
 
 # -- program failures --------------------------------------------------------------

@@ -6,17 +6,20 @@ import os
 from typing import Any
 
 from mellea.backends.model_options import ModelOption
-from mellea.core import GenerationChunk, ModelOutputThunk
+from mellea.core import GenerationChunk, ModelOutputThunk, TokenLogprob
 from mellea.serve import ChatMessage
 
 
-async def _words(text: str, limit: int | None):
+async def _words(text: str, limit: int | None, logprobs: bool = False):
     words = text.split(" ")
     cut = limit is not None and limit < len(words)
     words = words[:limit] if cut else words
     for i, word in enumerate(words):
         await asyncio.sleep(float(os.environ.get("ECHO_DELAY", "0.01")))
-        yield GenerationChunk(text=word if i == 0 else " " + word)
+        piece = word if i == 0 else " " + word
+        # A made-up log-probability per word, so the wire format can be checked exactly.
+        entry = TokenLogprob(piece, -0.25 * i, list(piece.encode()), [TokenLogprob("x", -9.0)])
+        yield GenerationChunk(text=piece, logprobs=[entry] if logprobs else None)
     yield GenerationChunk(
         finish_reason="length" if cut else "stop",
         usage={"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words)},
@@ -42,5 +45,6 @@ async def serve(
             }
         )
         return ModelOutputThunk(value=reply)
-    limit = (model_options or {}).get(ModelOption.MAX_NEW_TOKENS)
-    return ModelOutputThunk.from_stream(_words(text, limit))
+    options = model_options or {}
+    limit = options.get(ModelOption.MAX_NEW_TOKENS)
+    return ModelOutputThunk.from_stream(_words(text, limit, bool(options.get("logprobs"))))

@@ -1,0 +1,82 @@
+"""Token log-probabilities from a backend's own form into :class:`TokenLogprob`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mellea.core.logprobs import TokenLogprob
+
+
+def _byte_level_decoder() -> dict[str, int]:
+    """The inverse of the byte-to-character table byte-level BPE vocabularies use.
+
+    Printable Latin-1 bytes stand for themselves; the others were shifted to the
+    code points from 256 up, in byte order.
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    table = {chr(b): b for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in printable:
+            table[chr(256 + shifted)] = b
+            shifted += 1
+    return table
+
+
+_BYTE_LEVEL = _byte_level_decoder()
+
+
+class TokenTexts:
+    """Each token id's text and exact bytes for one tokenizer (cached: ids repeat a lot)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self._cache: dict[int, tuple[str, list[int]]] = {}
+
+    def __call__(self, token_id: int) -> tuple[str, list[int]]:
+        """``(text, bytes)`` of ``token_id``; a piece of a character shows as ``\\xNN``."""
+        cached = self._cache.get(token_id)
+        if cached is None:
+            cached = self._cache[token_id] = self._lookup(token_id)
+        return cached
+
+    def _lookup(self, token_id: int) -> tuple[str, list[int]]:
+        piece = self.tokenizer.convert_ids_to_tokens(token_id)
+        if isinstance(piece, str) and piece and all(c in _BYTE_LEVEL for c in piece):
+            raw = bytes(_BYTE_LEVEL[c] for c in piece)  # byte-level BPE (GPT-2, Llama 3)
+        elif isinstance(piece, str) and len(piece) == 6 and piece.startswith("<0x"):
+            raw = bytes([int(piece[3:5], 16)])  # SentencePiece byte fallback
+        else:
+            raw = self.tokenizer.decode([token_id]).encode()
+        return raw.decode("utf-8", errors="backslashreplace"), list(raw)
+
+    def logprob(self, token_id: int, logprob: float) -> TokenLogprob:
+        """A :class:`TokenLogprob` (without alternatives) for ``token_id``."""
+        text, raw = self(token_id)
+        return TokenLogprob(token=text, logprob=logprob, bytes=raw)
+
+
+def engine_logprobs(entries: list[Any], texts: TokenTexts) -> list[TokenLogprob]:
+    """The local engine's ``TokenLogprobs`` (ids and numbers) with their token texts."""
+    result = []
+    for entry in entries:
+        item = texts.logprob(entry.token_id, entry.logprob)
+        item.top_logprobs = [texts.logprob(token, value) for token, value in entry.top]
+        result.append(item)
+    return result
+
+
+def openai_logprobs(content: list[Any]) -> list[TokenLogprob]:
+    """A chat completion chunk's ``logprobs.content`` as :class:`TokenLogprob` entries."""
+    return [
+        TokenLogprob(
+            token=entry.token,
+            logprob=entry.logprob,
+            bytes=entry.bytes,
+            top_logprobs=[
+                TokenLogprob(token=top.token, logprob=top.logprob, bytes=top.bytes)
+                for top in entry.top_logprobs or []
+            ],
+        )
+        for entry in content
+    ]
