@@ -84,6 +84,8 @@ def check_settings(settings: ServeSettings) -> None:
     try:
         if settings.tool_call_parser:
             get_tool_parser(settings.tool_call_parser)
+            # The local backend reads calls in this format too (session.instruct(tool_calls=True)).
+            os.environ["MELLEA_TOOL_CALL_PARSER"] = settings.tool_call_parser
         if settings.reasoning_parser:
             get_reasoning_parser(settings.reasoning_parser)
     except ValueError as exc:

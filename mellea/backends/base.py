@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from mellea.core.thunk import ModelOutputThunk
@@ -50,4 +52,34 @@ def openai_tools(tools: Any) -> list[dict[str, Any]]:
             result.append(tool)
         elif hasattr(tool, "as_json_tool"):
             result.append(tool.as_json_tool)
+        elif inspect.isfunction(tool):
+            result.append(function_tool(tool))
     return result
+
+
+def function_tool(func: Callable[..., Any]) -> dict[str, Any]:
+    """A Python function as an OpenAI tool, described by its signature and docstring.
+
+    Type hints give the argument types; a Google-style ``Args:`` section, when present,
+    gives their descriptions.
+    """
+    from transformers.utils import get_json_schema
+
+    try:
+        schema = get_json_schema(func)
+        schema["function"].pop("return", None)  # not part of the OpenAI tool format
+        return schema
+    except Exception:  # no docstring or hints: name the parameters, leave them untyped
+        names = list(inspect.signature(func).parameters)
+        return {
+            "type": "function",
+            "function": {
+                "name": func.__name__,
+                "description": inspect.getdoc(func) or "",
+                "parameters": {
+                    "type": "object",
+                    "properties": {name: {} for name in names},
+                    "required": names,
+                },
+            },
+        }

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from mellea.backends.base import Backend, openai_tools, schema_hint
 from mellea.backends.logprobs import TokenTexts, engine_logprobs
 from mellea.backends.model_options import ModelOption
+from mellea.backends.tool_parsing import lift_tool_calls, tool_functions, tool_parser_name
 from mellea.core.errors import ContextLengthExceededError, RequestError
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
 
@@ -96,7 +97,9 @@ class LocalBackend(Backend):
     """Generate with a local model on this machine's CPU or GPU.
 
     ``model_id`` is ``None`` for the bundled SmolLM2-135M-Instruct, a local model
-    directory, a ``.gguf`` file, or a Hugging Face hub id.
+    directory, a ``.gguf`` file, or a Hugging Face hub id. ``tool_call_parser`` names
+    the format the model writes tool calls in, read for ``generate(tool_calls=True)``
+    (default: ``m serve --tool-call-parser``'s, else hermes).
     """
 
     def __init__(
@@ -105,9 +108,11 @@ class LocalBackend(Backend):
         *,
         model_options: dict[str, Any] | None = None,
         engine: LocalEngine | None = None,
+        tool_call_parser: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
         super().__init__(model_options)
+        self.tool_call_parser = tool_call_parser
         self.engine = engine if engine is not None else shared_engine(model_id, **engine_kwargs)
         self.model_id = model_id or self.engine.model_id
         self.token_texts = TokenTexts(self.engine.tokenizer)
@@ -143,7 +148,13 @@ class LocalBackend(Backend):
             param = "tools" if forced_tools else "response_format" if params.grammar else None
             raise RequestError(str(exc), param=param) from None
         chunks = _chunks(stream, self.token_texts if params.logprobs is not None else None)
-        thunk = ModelOutputThunk.from_stream(_tool_call_chunks(chunks) if forced_tools else chunks)
+        functions = tool_functions(options.get(ModelOption.TOOLS))
+        if forced_tools:
+            chunks = _tool_call_chunks(chunks, functions)
+        elif tool_calls and tools and options.get(ModelOption.TOOL_CHOICE) != "none":
+            parser = tool_parser_name(self.tool_call_parser)
+            chunks = lift_tool_calls(chunks, parser, functions)
+        thunk = ModelOutputThunk.from_stream(chunks)
         thunk.meta["count_tokens"] = self.count_tokens
         return thunk
 
@@ -222,7 +233,7 @@ def _grammar(
 
 
 async def _tool_call_chunks(
-    chunks: AsyncIterator[GenerationChunk],
+    chunks: AsyncIterator[GenerationChunk], functions: dict[str, Any]
 ) -> AsyncIterator[GenerationChunk]:
     """A constrained tool call: the JSON text becomes a ``ModelToolCall``, not content."""
     import json
@@ -236,7 +247,8 @@ async def _tool_call_chunks(
         last = chunk
     try:
         call = json.loads(text)
-        tool_calls = [ModelToolCall(call["name"], None, call.get("arguments") or {})]
+        name = call["name"]
+        tool_calls = [ModelToolCall(name, functions.get(name), call.get("arguments") or {})]
     except (ValueError, KeyError, TypeError):  # cut short by max_tokens: keep the text
         yield GenerationChunk(
             text=text, finish_reason=last.finish_reason, usage=last.usage, logprobs=logprobs or None

@@ -139,8 +139,11 @@ class ModelOutputThunk:
                 self.logprobs = []
             self.logprobs.extend(chunk.logprobs)
         if chunk.tool_calls:
+            # Keyed by tool name, as upstream does; a second call of the same tool is
+            # keyed by its id so that it is not lost.
             calls = self.tool_calls or {}
-            calls.update({call.name: call for call in chunk.tool_calls})
+            for call in chunk.tool_calls:
+                calls[call.id if call.name in calls else call.name] = call
             self.tool_calls = calls
 
     async def _finish(self) -> None:

@@ -49,3 +49,24 @@ def test_streaming_and_options_pass_through(proxy):
     assert finishes == ["length"]
     assert chunks[-1].usage.completion_tokens == 3
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 3
+
+
+def test_logprobs_pass_through(proxy):
+    reply = client(proxy).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "alpha beta"}],
+        logprobs=True,
+        top_logprobs=1,
+    )
+    entries = reply.choices[0].logprobs.content
+    assert [(e.token, e.logprob) for e in entries] == [("alpha", 0.0), (" beta", -0.25)]
+    assert entries[1].bytes == list(b" beta")
+    assert entries[0].top_logprobs[0].token == "x"
+
+
+def test_reasoning_tokens_the_upstream_reports_pass_through(proxy):
+    reply = client(proxy).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "<think> a b </think> c"}]
+    )
+    assert reply.usage.completion_tokens == 5
+    assert reply.usage.completion_tokens_details.reasoning_tokens == 4

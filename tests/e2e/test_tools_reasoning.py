@@ -149,3 +149,24 @@ def test_usage_counts_reasoning_tokens(server):
         )
     )
     assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == 5
+
+
+def test_calls_the_local_backend_lifted_are_served_once():
+    with serve(PROGRAMS / "local_tool_calls.py") as running:
+        reply = client(running).chat.completions.create(model="m", messages=ASK, tools=TOOLS)
+        message = reply.choices[0].message
+        assert message.content == "Let me look."
+        assert [json.loads(c.function.arguments)["city"] for c in message.tool_calls] == [
+            "Paris",
+            "Oslo",
+        ]
+        assert reply.choices[0].finish_reason == "tool_calls"
+        stream = client(running).chat.completions.create(
+            model="m", messages=ASK, tools=TOOLS, stream=True
+        )
+        content, opened = "", []
+        for chunk in stream:
+            delta = chunk.choices[0].delta
+            content += delta.content or ""
+            opened += [c.function.name for c in delta.tool_calls or [] if c.id]
+        assert content == "Let me look." and opened == ["get_weather", "get_weather"]

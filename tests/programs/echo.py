@@ -20,10 +20,10 @@ async def _words(text: str, limit: int | None, logprobs: bool = False):
         # A made-up log-probability per word, so the wire format can be checked exactly.
         entry = TokenLogprob(piece, -0.25 * i, list(piece.encode()), [TokenLogprob("x", -9.0)])
         yield GenerationChunk(text=piece, logprobs=[entry] if logprobs else None)
-    yield GenerationChunk(
-        finish_reason="length" if cut else "stop",
-        usage={"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words)},
-    )
+    usage = {"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words)}
+    if words[0] == "<think>" and "</think>" in words:  # words up to </think> are reasoning
+        usage["completion_tokens_details"] = {"reasoning_tokens": words.index("</think>") + 1}
+    yield GenerationChunk(finish_reason="length" if cut else "stop", usage=usage)
 
 
 async def serve(

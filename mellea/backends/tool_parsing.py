@@ -1,0 +1,69 @@
+"""Tool calls a model writes into its text, lifted onto the thunk (``tool_calls=True``).
+
+The local model writes calls as text in its own format (``<tool_call>{...}</tool_call>``
+for hermes); the parsers that read them live with the wire protocol in
+``mellea.serve.parsers``, a leaf package with no other mellea imports.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from mellea.core.thunk import GenerationChunk
+from mellea.core.tool_call import ModelToolCall
+
+DEFAULT_PARSER = "hermes"  # the format the local backend describes tools in
+PARSER_ENV = "MELLEA_TOOL_CALL_PARSER"  # set by ``m serve --tool-call-parser``
+
+
+def tool_parser_name(explicit: str | None = None) -> str:
+    """The parser to read calls with: the backend's own, ``m serve``'s, else hermes."""
+    return explicit or os.environ.get(PARSER_ENV) or DEFAULT_PARSER
+
+
+def tool_functions(tools: Any) -> dict[str, Callable[..., Any]]:
+    """The Python functions among a ``ModelOption.TOOLS`` value, by tool name."""
+    items = tools.values() if isinstance(tools, dict) else tools or []
+    return {tool.__name__: tool for tool in items if inspect.isfunction(tool)}
+
+
+async def lift_tool_calls(
+    chunks: AsyncIterator[GenerationChunk],
+    parser_name: str,
+    functions: dict[str, Callable[..., Any]] | None = None,
+) -> AsyncIterator[GenerationChunk]:
+    """``chunks`` with the tool-call markup taken out of the text and the calls it held
+    put on the last chunk as :class:`ModelToolCall` s (with their Python function when
+    ``functions`` has it).
+
+    Content streams as it arrives; only text that might still become a call is held back.
+    """
+    from mellea.serve.parsers import get_tool_parser
+
+    streaming = get_tool_parser(parser_name)
+    raw: list[str] = []
+    async for chunk in chunks:
+        raw.append(chunk.text)
+        chunk.text = streaming.feed(chunk.text).content
+        yield chunk
+    tail = streaming.finish().content
+    _, parsed = get_tool_parser(parser_name).parse("".join(raw))
+    calls = []
+    for call in parsed:
+        model_call = ModelToolCall(call.name, (functions or {}).get(call.name), _args(call))
+        model_call.id = call.id
+        calls.append(model_call)
+    if tail or calls:
+        yield GenerationChunk(text=tail, tool_calls=calls or None)
+
+
+def _args(call: Any) -> dict[str, Any]:
+    try:
+        args = json.loads(call.arguments)
+    except json.JSONDecodeError:
+        return {"_raw": call.arguments}
+    return args if isinstance(args, dict) else {"_value": args}
