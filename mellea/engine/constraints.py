@@ -23,14 +23,17 @@ SAFE_INTEGER = 2**53 - 1  # the largest integer every JSON reader holds exactly
 def json_schema_grammar(schema: dict[str, Any]) -> str:
     """The llguidance grammar for JSON text matching ``schema`` (compact, no free whitespace).
 
-    Integers without bounds get the JSON safe-integer range: without a bound a small
-    model can keep emitting digits until it runs out of tokens.
+    Two tightenings keep a small model from running on until it runs out of tokens:
+    integers without bounds get the JSON safe-integer range, and objects that list
+    their ``properties`` without saying ``additionalProperties`` allow no others (as
+    OpenAI's strict mode requires and xgrammar assumes by default).
     """
     import llguidance
 
+    tightened = bounded_integers(closed_objects(schema))
     try:
         return llguidance.LLMatcher.grammar_from_json_schema(
-            json.dumps(bounded_integers(schema)), defaults={"whitespace_flexible": False}
+            json.dumps(tightened), defaults={"whitespace_flexible": False}
         )
     except Exception as exc:  # llguidance reports unsupported keywords as ValueError/RuntimeError
         raise GrammarError(f"unsupported JSON schema: {exc}") from None
@@ -49,6 +52,31 @@ def bounded_integers(schema: Any) -> Any:
             result["minimum"] = -SAFE_INTEGER
         if "maximum" not in schema and "exclusiveMaximum" not in schema:
             result["maximum"] = SAFE_INTEGER
+    return result
+
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_LITERALS = ("enum", "const", "default", "examples")
+
+
+def closed_objects(schema: Any) -> Any:
+    """A copy of ``schema`` where objects with ``properties`` and no word on
+    ``additionalProperties`` (or ``patternProperties``) allow no other properties."""
+    if isinstance(schema, list):
+        return [closed_objects(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _LITERALS:
+            result[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            result[key] = {name: closed_objects(sub) for name, sub in value.items()}
+        else:
+            result[key] = closed_objects(value)
+    open_ended = "additionalProperties" in schema or "patternProperties" in schema
+    if isinstance(schema.get("properties"), dict) and not open_ended:
+        result["additionalProperties"] = False
     return result
 
 

@@ -100,6 +100,21 @@ def test_client_example_runs_against_the_server(hello):
     assert "non-streamed:" in result.stdout and "streamed:" in result.stdout
 
 
+def test_features_example_runs_against_the_server(hello):
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "features.py")],
+        cwd=ROOT,
+        env={**os.environ, "OPENAI_BASE_URL": f"{hello.base_url}/v1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    for line in ("tool call: get_weather", "json: {", "choice 0:", "choice 1:", "completions:"):
+        assert line in result.stdout
+    assert "response: completed" in result.stdout or "response: incomplete" in result.stdout
+
+
 def test_requirements_example():
     with serve(EXAMPLES / "requirements.py") as server:
         reply = client(server).chat.completions.create(

@@ -120,3 +120,42 @@ def test_unbounded_integers_get_the_safe_range():
     assert out["properties"]["b"] == {"type": "integer", "minimum": 0, "maximum": SAFE_INTEGER}
     assert out["properties"]["c"]["items"]["maximum"] == SAFE_INTEGER
     assert "minimum" not in schema["properties"]["a"], "the input is not modified"
+
+
+def test_objects_with_properties_are_closed_unless_they_say_otherwise():
+    from mellea.engine.constraints import closed_objects
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "properties": {"type": "object", "properties": {"x": {"type": "string"}}},
+            "open": {"type": "object", "properties": {}, "additionalProperties": True},
+            "pattern": {"type": "object", "properties": {}, "patternProperties": {"^a": {}}},
+            "free": {"type": "object"},
+        },
+        "$defs": {"d": {"type": "object", "properties": {"y": {"type": "integer"}}}},
+        "default": {"properties": {}},
+    }
+    out = closed_objects(schema)
+    assert out["additionalProperties"] is False
+    # A property named "properties" is a schema, not a properties mapping.
+    assert out["properties"]["properties"]["additionalProperties"] is False
+    assert "additionalProperties" not in out["properties"]["properties"]["properties"]
+    assert out["properties"]["open"]["additionalProperties"] is True
+    assert "additionalProperties" not in out["properties"]["pattern"]
+    assert "additionalProperties" not in out["properties"]["free"]
+    assert out["$defs"]["d"]["additionalProperties"] is False
+    assert out["default"] == {"properties": {}}, "literal values are left alone"
+    assert "additionalProperties" not in schema, "the input is not modified"
+
+
+async def test_grammar_refuses_properties_the_schema_does_not_list(make_engine):
+    grammar = json_schema_grammar({"type": "object", "properties": {"a": {"type": "integer"}}})
+    engine = make_engine()
+    prompts = [engine.tokenizer.encode(p) for p in ("hello", "x")]
+    params = [
+        SamplingParams(max_tokens=40, grammar=grammar, temperature=1.0, seed=s) for s in (1, 2)
+    ]
+    for _, text, last in await generate(engine, prompts, params):
+        assert last.finish_reason == "stop", text
+        assert set(json.loads(text)) <= {"a"}
