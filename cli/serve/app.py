@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -59,6 +60,7 @@ from mellea.serve.text_completion import (
 )
 
 log = logging.getLogger("mellea.serve")
+T = TypeVar("T")
 
 
 def create_app(
@@ -172,7 +174,9 @@ def create_app(
         return ModelList(data=[ModelCard(id=model_name)])
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(body: ChatCompletionRequest) -> ChatCompletion | Response:
+    async def chat_completions(
+        body: ChatCompletionRequest, request: Request
+    ) -> ChatCompletion | Response:
         """Run the program on a chat request (once per choice); stream the reply when asked to."""
         started = time.monotonic()
         deadline = started + settings.request_timeout if settings.request_timeout else None
@@ -187,9 +191,12 @@ def create_app(
         parsers = [reply_parser(body) for _ in running]
         logprobs = bool(body.logprobs)
         if not body.stream:
-            completion = await _complete(
+            work = _complete(
                 running, deadline, completion_id, created, model_name, parsers, logprobs
             )
+            completion = await _unless_disconnected(request, work)
+            if completion is None:
+                return _client_left()
             record_usage(metrics, completion.usage)
             return completion
         await _first_results(running, settings.first_result_wait)
@@ -212,7 +219,7 @@ def create_app(
         )
 
     @app.post("/v1/completions", response_model=None)
-    async def completions(body: CompletionRequest) -> Completion | Response:
+    async def completions(body: CompletionRequest, request: Request) -> Completion | Response:
         """Complete one or more text prompts (legacy completions API), ``n`` choices each."""
         started = time.monotonic()
         deadline = started + settings.request_timeout if settings.request_timeout else None
@@ -227,26 +234,33 @@ def create_app(
         ]
         logprobs = body.logprobs is not None
         if not body.stream:
-            try:
-                thunks = [await before(deadline, task) for task in running]
-                completion = await before(
-                    deadline,
-                    text_completion(
-                        thunks,
-                        prompts,
-                        completion_id=completion_id,
-                        created=created,
-                        model=model_name,
-                        echo=bool(body.echo),
-                        logprobs=logprobs,
-                        n=n,
-                    ),
-                )
-            except StreamTimeoutError:
-                raise as_openai_error(StreamTimeoutError()) from None
-            finally:
-                for task in running:
-                    task.cancel()
+
+            async def whole() -> Completion:
+                thunks: list[ModelOutputThunk] = []
+                try:
+                    for task in running:
+                        thunks.append(await before(deadline, task))
+                    return await before(
+                        deadline,
+                        text_completion(
+                            thunks,
+                            prompts,
+                            completion_id=completion_id,
+                            created=created,
+                            model=model_name,
+                            echo=bool(body.echo),
+                            logprobs=logprobs,
+                            n=n,
+                        ),
+                    )
+                except StreamTimeoutError:
+                    raise as_openai_error(StreamTimeoutError()) from None
+                finally:
+                    await _stop(running, thunks)
+
+            completion = await _unless_disconnected(request, whole())
+            if completion is None:
+                return _client_left()
             record_usage(metrics, completion.usage)
             return completion
         await _first_results(running, settings.first_result_wait)
@@ -309,11 +323,49 @@ async def _complete(
     except Exception as exc:
         raise as_openai_error(exc) from None
     finally:
-        for task in running:
-            task.cancel()
-        for thunk in thunks:
-            if not thunk.is_computed():
-                await thunk.aclose()
+        await _stop(running, thunks)
+
+
+async def _stop(running: list[asyncio.Future[ModelOutputThunk]], thunks: list[Any]) -> None:
+    """Cancel program calls still running and close thunks still generating."""
+    for task in running:
+        task.cancel()
+    for thunk in thunks:
+        if not thunk.is_computed():
+            await thunk.aclose()
+
+
+DISCONNECT_POLL_SECONDS = 0.25
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """Await ``work`` for a non-streamed reply; ``None`` if the client left first.
+
+    Leaving cancels ``work``, which closes the generation, so nobody's reply keeps
+    the engine busy.
+    """
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while not await request.is_disconnected():
+            await asyncio.sleep(DISCONNECT_POLL_SECONDS)
+
+    watcher = asyncio.ensure_future(gone())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    log.info("client left before its reply was ready; generation cancelled")
+    return None
+
+
+def _client_left() -> Response:
+    """What a departed client would have got (it is only seen in the access log)."""
+    return Response(status_code=499)
 
 
 def _install_error_handlers(app: FastAPI) -> None:

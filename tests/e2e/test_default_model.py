@@ -170,6 +170,50 @@ def test_json_schema_output_always_validates(hello):
     assert isinstance(json.loads(text), dict)
 
 
+def test_json_schema_validates_in_20_of_20_sampled_runs(hello):
+    """The issue's bar: 20 runs at temperature 1, every one valid (20 choices of one request)."""
+    response_format = {
+        "type": "json_schema",
+        "json_schema": {"name": "city", "schema": CITY_SCHEMA, "strict": True},
+    }
+    reply = client(hello).chat.completions.create(
+        model="hello",
+        messages=[{"role": "user", "content": "Give me facts about a city of your choice."}],
+        response_format=response_format,
+        temperature=1.0,
+        seed=2026,
+        n=20,
+        max_tokens=150,
+    )
+    assert len(reply.choices) == 20
+    for choice in reply.choices:
+        value = json.loads(choice.message.content)
+        assert set(value) == {"city", "population"}, value
+        assert isinstance(value["city"], str) and isinstance(value["population"], int)
+        assert not isinstance(value["population"], bool)
+
+
+def test_required_tool_choice_is_valid_in_20_of_20_sampled_runs(hello):
+    reply = client(hello).chat.completions.create(
+        model="hello",
+        messages=[{"role": "user", "content": "Should I take an umbrella in Bergen?"}],
+        tools=[WEATHER_TOOL],
+        tool_choice="required",
+        temperature=1.0,
+        seed=2026,
+        n=20,
+        max_tokens=150,
+    )
+    assert len(reply.choices) == 20
+    for choice in reply.choices:
+        assert choice.finish_reason == "tool_calls"
+        (call,) = choice.message.tool_calls
+        arguments = json.loads(call.function.arguments)
+        assert call.function.name == "get_weather"
+        assert set(arguments) == {"city", "unit"} and isinstance(arguments["city"], str)
+        assert arguments["unit"] in ("C", "F")
+
+
 @pytest.mark.parametrize(
     "tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}]
 )

@@ -322,3 +322,17 @@ def test_client_disconnect_closes_the_programs_stream(faulty, tmp_path: Path):
         time.sleep(0.05)
     assert marker.exists(), "the program's stream was not closed after the client left"
     assert post(faulty, {"messages": user("fine")}).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_client_leaving_a_non_streamed_request_cancels_it(faulty, tmp_path: Path, path):
+    marker = tmp_path / "closed"
+    prompt = f"endless:{marker}"
+    body = {"messages": user(prompt)} if "chat" in path else {"prompt": prompt}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{faulty.base_url}{path}", json=body, timeout=1.5)
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the generation went on after the client left"
+    assert post(faulty, {"messages": user("fine")}).status_code == 200
