@@ -46,6 +46,7 @@ format: install
 bench: install
 	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_serve.py
+	$(BIN)/python benchmarks/bench_logprobs.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
