@@ -142,7 +142,8 @@ def create_app(
             if wants_tools and settings.tool_call_parser
             else None
         )
-        return ReplyParser(reasoning, tools) if reasoning or tools else None
+        max_calls = 1 if body.parallel_tool_calls is False else None
+        return ReplyParser(reasoning, tools, max_calls) if reasoning or tools else None
 
     add_responses_routes(app, settings, metrics, reply_parser)
 

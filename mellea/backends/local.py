@@ -153,7 +153,8 @@ class LocalBackend(Backend):
             chunks = _tool_call_chunks(chunks, functions)
         elif tool_calls and tools and options.get(ModelOption.TOOL_CHOICE) != "none":
             parser = tool_parser_name(self.tool_call_parser)
-            chunks = lift_tool_calls(chunks, parser, functions)
+            single = options.get("parallel_tool_calls") is False
+            chunks = lift_tool_calls(chunks, parser, functions, 1 if single else None)
         thunk = ModelOutputThunk.from_stream(chunks)
         thunk.meta["count_tokens"] = self.count_tokens
         return thunk

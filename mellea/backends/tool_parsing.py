@@ -35,10 +35,11 @@ async def lift_tool_calls(
     chunks: AsyncIterator[GenerationChunk],
     parser_name: str,
     functions: dict[str, Callable[..., Any]] | None = None,
+    max_calls: int | None = None,
 ) -> AsyncIterator[GenerationChunk]:
     """``chunks`` with the tool-call markup taken out of the text and the calls it held
     put on the last chunk as :class:`ModelToolCall` s (with their Python function when
-    ``functions`` has it).
+    ``functions`` has it); calls beyond ``max_calls`` are dropped.
 
     Content streams as it arrives; only text that might still become a call is held back.
     """
@@ -53,7 +54,7 @@ async def lift_tool_calls(
     tail = streaming.finish().content
     _, parsed = get_tool_parser(parser_name).parse("".join(raw))
     calls = []
-    for call in parsed:
+    for call in parsed[:max_calls]:
         model_call = ModelToolCall(call.name, (functions or {}).get(call.name), _args(call))
         model_call.id = call.id
         calls.append(model_call)

@@ -77,6 +77,19 @@ def test_streamed_tool_calls_join_to_the_non_streamed_ones(server):
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+def test_parallel_tool_calls_false_keeps_only_the_first_call(server):
+    kwargs = {"model": "m", "messages": ASK, "tools": TOOLS, "parallel_tool_calls": False}
+    reply = client(server).chat.completions.create(**kwargs)
+    assert [c.function.name for c in reply.choices[0].message.tool_calls] == ["get_weather"]
+    opened = [
+        call.function.name
+        for chunk in client(server).chat.completions.create(stream=True, **kwargs)
+        for call in chunk.choices[0].delta.tool_calls or []
+        if call.id
+    ]
+    assert opened == ["get_weather"]
+
+
 def test_tool_choice_none_leaves_the_text_alone(server):
     reply = client(server).chat.completions.create(
         model="m", messages=ASK, tools=TOOLS, tool_choice="none"
@@ -170,3 +183,7 @@ def test_calls_the_local_backend_lifted_are_served_once():
             content += delta.content or ""
             opened += [c.function.name for c in delta.tool_calls or [] if c.id]
         assert content == "Let me look." and opened == ["get_weather", "get_weather"]
+        single = client(running).chat.completions.create(
+            model="m", messages=ASK, tools=TOOLS, parallel_tool_calls=False
+        )
+        assert len(single.choices[0].message.tool_calls) == 1

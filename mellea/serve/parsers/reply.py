@@ -29,10 +29,17 @@ class ReplyParser:
     deltas joined equal :meth:`parse` of the whole text.
     """
 
-    def __init__(self, reasoning: ReasoningParser | None, tools: ToolCallParser | None) -> None:
-        """Chain fresh parsers for one reply."""
+    def __init__(
+        self,
+        reasoning: ReasoningParser | None,
+        tools: ToolCallParser | None,
+        max_calls: int | None = None,
+    ) -> None:
+        """Chain fresh parsers for one reply; ``max_calls`` drops calls beyond it
+        (1 for ``parallel_tool_calls: false``)."""
         self.reasoning = reasoning
         self.tools = tools
+        self.max_calls = max_calls
 
     def parse(self, text: str) -> tuple[str | None, str | None, list[ParsedToolCall]]:
         """Split a whole reply into (reasoning or None, content or None, calls)."""
@@ -42,7 +49,7 @@ class ReplyParser:
         if self.tools is None:
             return reasoning, content or None, []
         content_or_none, calls = self.tools.parse(content)
-        return reasoning, content_or_none, calls
+        return reasoning, content_or_none, calls[: self.max_calls]
 
     def feed(self, piece: str) -> ReplyDelta:
         """Add the next piece of the reply."""
@@ -62,4 +69,5 @@ class ReplyParser:
             last = self.tools.finish()
             delta.content += last.content
             delta.tool_calls += last.tool_calls
-        return ReplyDelta(reasoning=reasoning, content=delta.content, tool_calls=delta.tool_calls)
+        calls = [c for c in delta.tool_calls if self.max_calls is None or c.index < self.max_calls]
+        return ReplyDelta(reasoning=reasoning, content=delta.content, tool_calls=calls)
