@@ -192,8 +192,17 @@ def create_app(
         parsers = [reply_parser(body) for _ in running]
         logprobs = bool(body.logprobs)
         if not body.stream:
-            work = _complete(
-                running, deadline, completion_id, created, model_name, parsers, logprobs
+            work = _whole_reply(
+                running,
+                deadline,
+                lambda thunks: chat_completion(
+                    thunks,
+                    parsers,
+                    completion_id=completion_id,
+                    created=created,
+                    model=model_name,
+                    logprobs=logprobs,
+                ),
             )
             completion = await _unless_disconnected(request, work)
             if completion is None:
@@ -235,31 +244,21 @@ def create_app(
         ]
         logprobs = body.logprobs is not None
         if not body.stream:
-
-            async def whole() -> Completion:
-                thunks: list[ModelOutputThunk] = []
-                try:
-                    for task in running:
-                        thunks.append(await before(deadline, task))
-                    return await before(
-                        deadline,
-                        text_completion(
-                            thunks,
-                            prompts,
-                            completion_id=completion_id,
-                            created=created,
-                            model=model_name,
-                            echo=bool(body.echo),
-                            logprobs=logprobs,
-                            n=n,
-                        ),
-                    )
-                except StreamTimeoutError:
-                    raise as_openai_error(StreamTimeoutError()) from None
-                finally:
-                    await _stop(running, thunks)
-
-            completion = await _unless_disconnected(request, whole())
+            whole = _whole_reply(
+                running,
+                deadline,
+                lambda thunks: text_completion(
+                    thunks,
+                    prompts,
+                    completion_id=completion_id,
+                    created=created,
+                    model=model_name,
+                    echo=bool(body.echo),
+                    logprobs=logprobs,
+                    n=n,
+                ),
+            )
+            completion = await _unless_disconnected(request, whole)
             if completion is None:
                 return _client_left()
             record_usage(metrics, completion.usage)
@@ -294,31 +293,18 @@ async def _first_results(running: list[asyncio.Future[ModelOutputThunk]], wait: 
             task.result()
 
 
-async def _complete(
+async def _whole_reply(
     running: list[asyncio.Future[ModelOutputThunk]],
     deadline: float | None,
-    completion_id: str,
-    created: int,
-    model: str,
-    parsers: list[ReplyParser | None],
-    logprobs: bool,
-) -> ChatCompletion:
-    """The non-streamed reply; past the deadline the generation is cancelled (504)."""
+    build: Callable[[list[ModelOutputThunk]], Awaitable[T]],
+) -> T:
+    """A non-streamed reply: await every choice's program call, then ``build`` the reply
+    from their thunks. Past the deadline the generation is cancelled (504)."""
     thunks: list[ModelOutputThunk] = []
     try:
         for task in running:
             thunks.append(await before(deadline, task))
-        return await before(
-            deadline,
-            chat_completion(
-                thunks,
-                parsers,
-                completion_id=completion_id,
-                created=created,
-                model=model,
-                logprobs=logprobs,
-            ),
-        )
+        return await before(deadline, build(thunks))
     except StreamTimeoutError:
         raise as_openai_error(StreamTimeoutError()) from None
     except Exception as exc:

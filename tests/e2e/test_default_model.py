@@ -87,32 +87,30 @@ def test_prompt_too_long_is_a_400(hello):
     assert response.json()["error"]["code"] == "context_length_exceeded"
 
 
-def test_client_example_runs_against_the_server(hello):
+def run_example(name: str, server) -> str:
+    """Run a client example from docs/examples against ``server``; its stdout."""
     result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "client.py")],
+        [sys.executable, str(EXAMPLES / name)],
         cwd=ROOT,
-        env={**os.environ, "OPENAI_BASE_URL": f"{hello.base_url}/v1"},
+        env={**os.environ, "OPENAI_BASE_URL": f"{server.base_url}/v1"},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert "non-streamed:" in result.stdout and "streamed:" in result.stdout
+    return result.stdout
+
+
+def test_client_example_runs_against_the_server(hello):
+    stdout = run_example("client.py", hello)
+    assert "non-streamed:" in stdout and "streamed:" in stdout
 
 
 def test_features_example_runs_against_the_server(hello):
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "features.py")],
-        cwd=ROOT,
-        env={**os.environ, "OPENAI_BASE_URL": f"{hello.base_url}/v1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
+    stdout = run_example("features.py", hello)
     for line in ("tool call: get_weather", "json: {", "choice 0:", "choice 1:", "completions:"):
-        assert line in result.stdout
-    assert "response: completed" in result.stdout or "response: incomplete" in result.stdout
+        assert line in stdout
+    assert "response: completed" in stdout or "response: incomplete" in stdout
 
 
 def test_requirements_example():
