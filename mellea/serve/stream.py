@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from sse_starlette.sse import EventSourceResponse
@@ -60,7 +60,7 @@ async def before(deadline: float | None, awaitable: Awaitable[T]) -> T:
 ThunkSource = ModelOutputThunk | Awaitable[ModelOutputThunk]
 
 
-async def chat_completion_events(
+def chat_completion_events(
     sources: list[ThunkSource],
     parsers: list[ReplyParser | None],
     *,
@@ -103,22 +103,14 @@ async def chat_completion_events(
         )
         for index, (source, parser) in enumerate(zip(sources, parsers, strict=True))
     ]
-    chunks = streams[0] if len(streams) == 1 else merged(streams)
-    try:
-        async for choice in chunks:
-            yield frame(choice)
+
+    def ending() -> list[dict[str, str]]:
         usage = total_usage(usages, n=len(usages))  # one prompt, n choices
         if observer is not None:
             observer.on_finish(usage)
-        if include_usage:
-            yield frame(None, usage=usage or Usage())
-    except (asyncio.CancelledError, GeneratorExit):
-        raise
-    except Exception as exc:
-        yield error_event(exc, completion_id)
-    finally:
-        await asyncio.shield(_close(chunks))
-    yield {"data": DONE}
+        return [frame(None, usage=usage or Usage())] if include_usage else []
+
+    return _framed(streams, frame, ending, completion_id)
 
 
 async def _chat_choice_chunks(
@@ -197,6 +189,30 @@ async def _chat_choice_chunks(
             await asyncio.shield(thunk.aclose())
 
 
+async def _framed(
+    streams: list[AsyncIterator[T]],
+    to_frame: Callable[[T], dict[str, str]],
+    ending: Callable[[], list[dict[str, str]]],
+    completion_id: str,
+) -> AsyncIterator[dict[str, str]]:
+    """The frames of every choice's chunks as they come, the ``ending`` frames, then
+    ``[DONE]``. A failure on the way becomes one error frame before ``[DONE]``; stopping
+    early closes every choice (and so its generation)."""
+    chunks = streams[0] if len(streams) == 1 else merged(streams)
+    try:
+        async for item in chunks:
+            yield to_frame(item)
+        for event in ending():
+            yield event
+    except (asyncio.CancelledError, GeneratorExit):
+        raise
+    except Exception as exc:
+        yield error_event(exc, completion_id)
+    finally:
+        await asyncio.shield(_close(chunks))
+    yield {"data": DONE}
+
+
 async def merged(streams: list[AsyncIterator[T]]) -> AsyncIterator[T]:
     """The items of all ``streams`` as they arrive.
 
@@ -270,7 +286,7 @@ def _json(body: dict[str, Any]) -> str:
     return json.dumps(body, ensure_ascii=False)
 
 
-async def text_completion_events(
+def text_completion_events(
     sources: list[ThunkSource],
     prompts: list[str],
     *,
@@ -330,16 +346,8 @@ async def text_completion_events(
                 await asyncio.shield(thunk.aclose())
 
     streams = [choice_chunks(i, source) for i, source in enumerate(sources)]
-    chunks = streams[0] if len(streams) == 1 else merged(streams)
-    try:
-        async for item in chunks:
-            yield frame([item])
-        if include_usage:
-            yield frame([], usage=total_usage(usages, n))
-    except (asyncio.CancelledError, GeneratorExit):
-        raise
-    except Exception as exc:
-        yield error_event(exc, completion_id)
-    finally:
-        await asyncio.shield(_close(chunks))
-    yield {"data": DONE}
+
+    def ending() -> list[dict[str, str]]:
+        return [frame([], usage=total_usage(usages, n))] if include_usage else []
+
+    return _framed(streams, lambda item: frame([item]), ending, completion_id)
