@@ -250,6 +250,42 @@ def _check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, n_heads: int) -> 
         raise ValueError(f"{n_heads} query heads are not a multiple of {k_cache.shape[2]}")
 
 
+def _shared_args(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    tables: torch.Tensor,
+    out: torch.Tensor,
+    group: int,
+    scale: float,
+) -> tuple[int | float, ...]:
+    """The arguments both kernels take after their tensors: strides, sizes, scale."""
+    return (
+        *q.stride()[:2],
+        *k_cache.stride()[:3],
+        *v_cache.stride()[:3],
+        tables.stride(0),
+        *out.stride()[:2],
+        group,
+        k_cache.shape[1],
+        q.shape[-1],
+        scale * _LOG2E,
+    )
+
+
+def _shared_meta(dtype: torch.dtype, cfg: LaunchConfig) -> dict[str, object]:
+    """The compile-time settings both kernels take, besides their query tile size."""
+    dot_ty, precision = dot_config(dtype)
+    return {
+        "BLOCK_N": cfg.block_n,
+        "BLOCK_D": cfg.block_d,
+        "DOT_TY": dot_ty,
+        "PRECISION": precision,
+        "num_warps": cfg.num_warps,
+        "num_stages": cfg.num_stages,
+    }
+
+
 def paged_attention_decode_triton(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -272,7 +308,6 @@ def paged_attention_decode_triton(
     out = torch.empty((batch, n_heads, head_dim), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    dot_ty, precision = dot_config(q.dtype)
     cfg = decode_config(q.dtype, head_dim, group)
     _decode_kernel[(batch, n_kv)](
         q,
@@ -281,28 +316,9 @@ def paged_attention_decode_triton(
         tables,
         lens,
         out,
-        q.stride(0),
-        q.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        v_cache.stride(0),
-        v_cache.stride(1),
-        v_cache.stride(2),
-        tables.stride(0),
-        out.stride(0),
-        out.stride(1),
-        group,
-        k_cache.shape[1],
-        head_dim,
-        scale * _LOG2E,
+        *_shared_args(q, k_cache, v_cache, tables, out, group, scale),
         BLOCK_G=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_D=cfg.block_d,
-        DOT_TY=dot_ty,
-        PRECISION=precision,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        **_shared_meta(q.dtype, cfg),
     )
     return out
 
@@ -333,7 +349,6 @@ def paged_attention_prefill_triton(
     if n_tokens == 0 or batch == 0:
         return out
     max_q_len = int((cu[1:] - cu[:-1]).max())  # one host sync, as in the reference
-    dot_ty, precision = dot_config(q.dtype)
     cfg = prefill_config(q.dtype, head_dim)
     grid = (triton.cdiv(max_q_len, cfg.block_m), batch, n_heads)
     _prefill_kernel[grid](
@@ -344,27 +359,8 @@ def paged_attention_prefill_triton(
         cu,
         lens,
         out,
-        q.stride(0),
-        q.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        v_cache.stride(0),
-        v_cache.stride(1),
-        v_cache.stride(2),
-        tables.stride(0),
-        out.stride(0),
-        out.stride(1),
-        group,
-        k_cache.shape[1],
-        head_dim,
-        scale * _LOG2E,
+        *_shared_args(q, k_cache, v_cache, tables, out, group, scale),
         BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_D=cfg.block_d,
-        DOT_TY=dot_ty,
-        PRECISION=precision,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
+        **_shared_meta(q.dtype, cfg),
     )
     return out
