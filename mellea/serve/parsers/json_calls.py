@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from mellea.serve.parsers._text import JsonExtent, first_non_space
-from mellea.serve.parsers.tool_calls import ToolCallParser, calls_from_json
+from mellea.serve.parsers._text import JsonExtent
+from mellea.serve.parsers.tool_calls import ScanningToolParser, calls_from_json
 
 
-class JsonReplyParser(ToolCallParser):
+class JsonReplyParser(ScanningToolParser):
     """A reply that starts (after whitespace and an optional tag) with JSON call(s).
 
     A reply that starts otherwise is all content; so is a value that is not a valid call,
@@ -21,30 +21,14 @@ class JsonReplyParser(ToolCallParser):
     def __init__(self) -> None:
         """Start a reply before its first value."""
         super().__init__()
-        self._state = "expect"
-        self._raw = ""  # consumed text released as content if no valid call follows
         self._extent = JsonExtent()
-
-    def _advance(self, final: bool) -> None:
-        while self._step(final):
-            pass
 
     def _step(self, final: bool) -> bool:
         if self._state == "pass":
-            self._text(self._buf)
-            self._buf = ""
-            return False
+            return self._pass_rest()
         if self._state == "value":
             return self._value(final)
-        at = first_non_space(self._buf)
-        space, self._buf = (self._buf, "") if at is None else (self._buf[:at], self._buf[at:])
-        if self._state == "tagged":
-            self._raw += space
-        else:
-            self._text(space)
-        if not self._buf:
-            if final and self._raw:
-                self._fallback()
+        if not self._skip_space(final):
             return False
         if self._state == "sep":
             if self.separator and self._buf.startswith(self.separator):
@@ -81,11 +65,6 @@ class JsonReplyParser(ToolCallParser):
             self._call(call)
         self._state = "sep" if self.separator else "pass"
         return True
-
-    def _fallback(self) -> None:
-        self._text(self._raw)
-        self._raw = ""
-        self._state = "pass"
 
 
 class Llama3JsonToolParser(JsonReplyParser):

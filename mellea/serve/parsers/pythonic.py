@@ -7,8 +7,8 @@ import math
 import warnings
 from typing import Any
 
-from mellea.serve.parsers._text import canonical_arguments, first_non_space
-from mellea.serve.parsers.tool_calls import ParsedToolCall, ToolCallParser
+from mellea.serve.parsers._text import canonical_arguments
+from mellea.serve.parsers.tool_calls import ParsedToolCall, ScanningToolParser
 
 
 class _NotACall(ValueError):
@@ -66,7 +66,7 @@ def parse_call_list(source: str) -> list[ParsedToolCall] | None:
         return None
 
 
-class PythonicToolParser(ToolCallParser):
+class PythonicToolParser(ScanningToolParser):
     """A reply that starts with a Python list of calls, optionally in Llama 4's python tags.
 
     The list ends at the first ``]`` where the text so far is a complete Python expression
@@ -81,30 +81,14 @@ class PythonicToolParser(ToolCallParser):
     def __init__(self) -> None:
         """Start a reply before its list."""
         super().__init__()
-        self._state = "expect"
-        self._raw = ""
         self._searched = 0
-
-    def _advance(self, final: bool) -> None:
-        while self._step(final):
-            pass
 
     def _step(self, final: bool) -> bool:
         if self._state == "pass":
-            self._text(self._buf)
-            self._buf = ""
-            return False
+            return self._pass_rest()
         if self._state == "list":
             return self._list(final)
-        at = first_non_space(self._buf)
-        space, self._buf = (self._buf, "") if at is None else (self._buf[:at], self._buf[at:])
-        if self._state == "tagged":
-            self._raw += space
-        else:
-            self._text(space)
-        if not self._buf:
-            if final and self._raw:
-                self._fallback()
+        if not self._skip_space(final):
             return False
         for tag, state in ((self.tag, "expect"), (self.end_tag, "after")):
             if self._state == state and tag.startswith(self._buf[: len(tag)]):
@@ -148,7 +132,3 @@ class PythonicToolParser(ToolCallParser):
             self._raw, self._buf = self._raw + self._buf, ""
             self._fallback()
         return False
-
-    def _fallback(self) -> None:
-        self._text(self._raw)
-        self._raw, self._state = "", "pass"

@@ -23,7 +23,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from mellea.serve.parsers._text import TrimmedText, canonical_arguments, loads_strict
+from mellea.serve.parsers._text import (
+    TrimmedText,
+    canonical_arguments,
+    first_non_space,
+    loads_strict,
+)
 
 
 def new_call_id() -> str:
@@ -161,3 +166,53 @@ class ToolCallParser:
     def _take(self) -> StreamDelta:
         out, self._out = self._out, StreamDelta()
         return out
+
+
+class ScanningToolParser(ToolCallParser):
+    """Base of formats read by a small state machine over ``_state``: ``"expect"``
+    (before a call), ``"tagged"`` (after a marker that announces one), the format's own
+    states inside calls, and ``"pass"`` (the rest of the reply is plain content).
+
+    Subclasses implement :meth:`_step`. Text consumed while it may still be a call is
+    kept in ``_raw`` and released as content by :meth:`_fallback` when it is not one.
+    """
+
+    def __init__(self) -> None:
+        """Start a reply before its first call."""
+        super().__init__()
+        self._state = "expect"
+        self._raw = ""
+
+    def _advance(self, final: bool) -> None:
+        while self._step(final):
+            pass
+
+    def _step(self, final: bool) -> bool:
+        """Consume some of the buffer; True while there is more to do now."""
+        raise NotImplementedError
+
+    def _pass_rest(self) -> bool:
+        """In ``"pass"``: the buffer is content."""
+        self._text(self._buf)
+        self._buf = ""
+        return False
+
+    def _skip_space(self, final: bool) -> bool:
+        """Move leading whitespace off the buffer (held in ``_raw`` after a marker, else
+        content); False when nothing is left to read."""
+        at = first_non_space(self._buf)
+        space, self._buf = (self._buf, "") if at is None else (self._buf[:at], self._buf[at:])
+        if self._state == "tagged":
+            self._raw += space
+        else:
+            self._text(space)
+        if self._buf:
+            return True
+        if final and self._raw:
+            self._fallback()
+        return False
+
+    def _fallback(self) -> None:
+        """What was held back is not a call: it is content, and so is the rest."""
+        self._text(self._raw)
+        self._raw, self._state = "", "pass"
