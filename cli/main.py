@@ -113,7 +113,7 @@ def serve(
         typer.Option(
             envvar="M_SERVE_TOOL_CALL_PARSER",
             rich_help_panel=MODEL,
-            help="Format of tool calls in the model's text: hermes, llama3_json, mistral, pythonic, json, granite; 'none' to leave the text alone.",
+            help="Format of tool calls in the model's text: hermes, llama3_json, mistral, pythonic, json, granite; 'none' to leave the text alone. The local backend reads instruct(tool_calls=True) replies in it too.",
         ),
     ] = "hermes",
     reasoning_parser: Annotated[
