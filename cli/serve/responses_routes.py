@@ -76,6 +76,7 @@ def add_responses_routes(
                 deadline=deadline,
                 cancel=state.signal if record is not None else None,  # unstored: 404 on cancel
                 observer=observer,
+                logprobs=body.wants_logprobs,
             )
 
         if not body.stream:

@@ -12,7 +12,9 @@ import httpx
 import openai
 import pytest
 
+from mellea.core import TokenLogprob
 from mellea.serve.responses import ResponseStore, StoredResponse
+from mellea.serve.responses.output import OutputBuilder
 from tests.server import PROGRAMS, serve
 
 pytestmark = pytest.mark.e2e
@@ -290,6 +292,7 @@ def test_unknown_fields_are_ignored(echo):
         ),
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
         ({"input": "hi", "temperature": 3}, "temperature"),
+        ({"input": "hi", "top_logprobs": 21}, "top_logprobs"),
         ({"instructions": "no input"}, "input"),
         ({"input": "hi", "previous_response_id": "resp_nope"}, "previous_response_id"),
     ],
@@ -409,6 +412,89 @@ def test_tool_choice_none_and_program_returned_calls(tools):
     reply = client(tools).responses.create(model="m", input="program-call")
     (call,) = [item for item in reply.output if item.type == "function_call"]
     assert call.name == "lookup" and json.loads(call.arguments) == {"q": "from the program"}
+
+
+# -- logprobs ---------------------------------------------------------------------------------
+
+LOGPROBS = ["message.output_text.logprobs"]
+
+
+def test_logprobs_on_the_output_text_part(echo):
+    reply = client(echo).responses.create(
+        model="m", input="hi there you", include=LOGPROBS, top_logprobs=1
+    )
+    entries = reply.output[0].content[0].logprobs
+    assert [e.token for e in entries] == ["hi", " there", " you"]
+    assert [e.logprob for e in entries] == [0.0, -0.25, -0.5]
+    assert entries[1].bytes == list(b" there")
+    assert [(t.token, t.logprob) for t in entries[0].top_logprobs] == [("x", -9.0)]
+    assert reply.top_logprobs == 1
+    stored = client(echo).responses.retrieve(reply.id)
+    assert stored.model_dump() == reply.model_dump()
+
+
+def test_streamed_logprobs_come_with_their_deltas(echo):
+    events = stream(echo, {"input": "hi there you", "include": LOGPROBS, "top_logprobs": 1})
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert [[entry["token"] for entry in d["logprobs"]] for d in deltas] == [
+        [d["delta"]] for d in deltas
+    ]
+    joined = [entry for d in deltas for entry in d["logprobs"]]
+    assert [(e["token"], e["logprob"]) for e in joined] == [
+        ("hi", 0.0),
+        (" there", -0.25),
+        (" you", -0.5),
+    ]
+    assert joined[0]["top_logprobs"] == [{"token": "x", "logprob": -9.0, "bytes": None}]
+    (done,) = [e for e in events if e["type"] == "response.output_text.done"]
+    assert done["logprobs"] == joined
+    (part_done,) = [e for e in events if e["type"] == "response.content_part.done"]
+    assert part_done["part"]["logprobs"] == joined
+    final = events[-1]["response"]
+    assert final["output"][0]["content"][0]["logprobs"] == joined
+    assert get(echo, final["id"]).json() == final
+
+
+def test_no_logprobs_unless_included(echo, inspect):
+    for body in ({"input": "hi there"}, {"input": "hi there", "top_logprobs": 3}):
+        part = post(echo, body).json()["output"][0]["content"][0]
+        assert part == {"type": "output_text", "text": "hi there", "annotations": []}
+        events = stream(echo, body)
+        assert all(
+            e["logprobs"] == [] for e in events if e["type"].startswith("response.output_text")
+        )
+        assert "logprobs" not in events[-1]["response"]["output"][0]["content"][0]
+    assert received(inspect, input="x", top_logprobs=3)["model_options"] == {}
+
+
+def test_include_asks_the_backend_and_other_values_are_ignored(inspect):
+    include = ["reasoning.encrypted_content", *LOGPROBS]
+    got = received(inspect, input="x", include=include, top_logprobs=2)
+    assert got["model_options"] == {"logprobs": True, "top_logprobs": 2}
+    got = received(inspect, input="x", include=["reasoning.encrypted_content"])
+    assert got["model_options"] == {}
+    assert received(inspect, input="x", include=LOGPROBS)["model_options"]["top_logprobs"] == 0
+
+
+def test_logprobs_of_tokens_without_message_text_go_with_the_next_text():
+    def entry(token: str) -> TokenLogprob:
+        return TokenLogprob(token, -1.0)
+
+    output: list = []
+    builder = OutputBuilder(output, logprobs=True)
+    entries = [entry("<think>"), entry("hm")]
+    builder.reply_logprobs(entries)
+    builder.reasoning("hm")
+    entries.append(entry("</think>Hi"))
+    builder.reply_logprobs(entries)
+    (delta,) = [e for e in builder.text("Hi") if e["type"] == "response.output_text.delta"]
+    assert [e["token"] for e in delta["logprobs"]] == ["<think>", "hm", "</think>Hi"]
+    entries.append(entry("<tool_call>"))
+    builder.reply_logprobs(entries)  # markup the parser holds back: no text delta
+    done = builder.function_call("call_1", "f", "{}")[0]
+    assert done["type"] == "response.output_text.done"
+    assert [e["token"] for e in done["logprobs"]] == ["<think>", "hm", "</think>Hi", "<tool_call>"]
+    assert output[1].content[0].logprobs == done["logprobs"]
 
 
 # -- retrieve, delete, input items, store ---------------------------------------------------

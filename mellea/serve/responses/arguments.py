@@ -7,10 +7,11 @@ from typing import Any
 
 from mellea.backends.model_options import ModelOption
 from mellea.serve.errors import OpenAIError
-from mellea.serve.options import ServeArguments
+from mellea.serve.options import LOGPROBS, TOP_LOGPROBS, ServeArguments
 from mellea.serve.responses.items import chat_messages
 from mellea.serve.responses.objects import ResponseObject
 from mellea.serve.responses.request import (
+    OUTPUT_LOGPROBS,
     FunctionTool,
     ResponsesRequest,
     chat_tool_choice,
@@ -39,9 +40,14 @@ def serve_arguments(
     """``serve()``'s arguments: ``items`` (history, then this input) as chat messages.
 
     Only values the client sent become model options: no defaults are injected.
+    ``include`` stays out of them: asking for logprobs becomes ``LOGPROBS`` and
+    ``TOP_LOGPROBS``, as for chat; the program still finds it in ``client_options``.
     """
     if request.model_extra:
         log.info("ignoring unknown request fields: %s", ", ".join(sorted(request.model_extra)))
+    ignored = sorted(set(request.include or []) - {OUTPUT_LOGPROBS})
+    if ignored:
+        log.info("ignoring include values this server does not produce: %s", ", ".join(ignored))
     options: dict[str, Any] = {}
     if request.temperature is not None:
         options[ModelOption.TEMPERATURE] = request.temperature
@@ -49,6 +55,9 @@ def serve_arguments(
         options[ModelOption.TOP_P] = request.top_p
     if request.max_output_tokens is not None:
         options[ModelOption.MAX_NEW_TOKENS] = request.max_output_tokens
+    if request.wants_logprobs:
+        options[LOGPROBS] = True
+        options[TOP_LOGPROBS] = request.top_logprobs or 0
     if tools:
         options[ModelOption.TOOLS] = [tool.chat_tool() for tool in tools]
     choice = chat_tool_choice(request, tools)
@@ -87,6 +96,7 @@ def new_response(
         previous_response_id=request.previous_response_id,
         temperature=request.temperature,
         top_p=request.top_p,
+        top_logprobs=request.top_logprobs,
         tools=[tool.model_dump() for tool in tools],
         tool_choice=request.tool_choice if request.tool_choice is not None else "auto",
         **({"text": text} if text is not None else {}),

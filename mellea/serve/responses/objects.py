@@ -1,7 +1,8 @@
 """The response object and its output items, in the shape the ``openai`` client parses.
 
-These are plain pydantic models that always write every field: the API has ``null``
-for unset values (``"error": null``, ``"previous_response_id": null``).
+These are plain pydantic models that write every field (the API has ``null`` for unset
+values: ``"error": null``, ``"previous_response_id": null``), except an ``output_text``
+part's ``logprobs``, which is there only when asked for.
 """
 
 from __future__ import annotations
@@ -24,11 +25,16 @@ def new_response_id() -> str:
 
 
 class OutputText(BaseModel):
-    """The text content part of an assistant message."""
+    """The text content part of an assistant message.
+
+    ``logprobs`` (``[{token, logprob, bytes, top_logprobs}]``) is written only when the
+    request asked for it.
+    """
 
     type: Literal["output_text"] = "output_text"
     text: str = ""
     annotations: list[Any] = Field(default_factory=list)
+    logprobs: list[dict[str, Any]] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class OutputMessage(BaseModel):
@@ -126,6 +132,7 @@ class ResponseObject(BaseModel):
     previous_response_id: str | None = None
     temperature: float | None = None
     top_p: float | None = None
+    top_logprobs: int | None = None
     tools: list[dict[str, Any]] = Field(default_factory=list)
     tool_choice: str | dict[str, Any] = "auto"
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})

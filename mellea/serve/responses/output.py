@@ -3,12 +3,18 @@
 Items follow the reply in order: reasoning, then the assistant message, with a function
 call closing whatever item was open. The same builder serves streamed and non-streamed
 requests, so both end with the same output.
+
+Token log-probabilities, when asked for, go only with message text: entries of tokens
+that gave no message text (reasoning, tool-call markup) wait for the next
+``output_text`` delta, or for the message's ``done`` event if it closes first.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from mellea.core.logprobs import TokenLogprob
+from mellea.serve.logprobs import chat_logprobs
 from mellea.serve.responses.items import new_item_id
 from mellea.serve.responses.objects import (
     FunctionCallItem,
@@ -29,10 +35,22 @@ class OutputBuilder:
     Events are ``{"type": ..., ...}`` dicts without sequence numbers.
     """
 
-    def __init__(self, output: list[OutputItem]) -> None:
-        """Build into ``output`` (the response object's own list)."""
+    def __init__(self, output: list[OutputItem], logprobs: bool = False) -> None:
+        """Build into ``output`` (the response object's own list); with ``logprobs``,
+        message text parts carry the log-probabilities of their tokens."""
         self.output = output
+        self.logprobs = logprobs
         self._open: OutputMessage | ReasoningItem | None = None
+        self._seen = 0  # log-probability entries taken from the reply so far
+        self._pending: list[dict[str, Any]] = []  # ... and not yet sent with message text
+
+    def reply_logprobs(self, entries: list[TokenLogprob] | None) -> None:
+        """The reply's log-probability entries so far (a growing list): the new ones go
+        with the next message text, or with the message's ``done`` if none comes."""
+        if self.logprobs and entries and len(entries) > self._seen:
+            wire = chat_logprobs(entries[self._seen :]).content or []
+            self._pending += [entry.model_dump(mode="json") for entry in wire]
+            self._seen = len(entries)
 
     def reasoning(self, text: str) -> list[Event]:
         """Reasoning text: continues the open reasoning item or starts one."""
@@ -42,7 +60,9 @@ class OutputBuilder:
     def text(self, text: str) -> list[Event]:
         """Message text: continues the open message or starts one."""
         events = [] if isinstance(self._open, OutputMessage) else self._start(OutputMessage)
-        return [*events, self._append(text, "response.output_text.delta", logprobs=[])]
+        assert isinstance(self._open, OutputMessage)
+        logprobs = self._take(self._open.content[0])
+        return [*events, self._append(text, "response.output_text.delta", logprobs=logprobs)]
 
     def function_call(self, call_id: str, name: str, arguments: str) -> list[Event]:
         """A complete call: it is added, its arguments sent, and it is done at once."""
@@ -84,7 +104,14 @@ class OutputBuilder:
         part = item.content[0]
         where = {"item_id": item.id, "output_index": index, "content_index": 0}
         if isinstance(item, OutputMessage):
-            done = {"type": "response.output_text.done", **where, "text": part.text, "logprobs": []}
+            self._take(item.content[0])
+            logprobs = item.content[0].logprobs or []
+            done = {
+                "type": "response.output_text.done",
+                **where,
+                "text": part.text,
+                "logprobs": logprobs,
+            }
         else:
             done = {"type": "response.reasoning_text.done", **where, "text": part.text}
         item.status = status
@@ -104,7 +131,7 @@ class OutputBuilder:
         events = self.close()
         if kind is OutputMessage:
             item: OutputMessage | ReasoningItem = OutputMessage(id=new_item_id("msg"))
-            part: OutputText | ReasoningText = OutputText()
+            part: OutputText | ReasoningText = OutputText(logprobs=[] if self.logprobs else None)
         else:
             item, part = ReasoningItem(id=new_item_id("rs")), ReasoningText()
         self.output.append(item)
@@ -122,6 +149,13 @@ class OutputBuilder:
             }
         )
         return events
+
+    def _take(self, part: OutputText) -> list[dict[str, Any]]:
+        """The pending log-probability entries, now added to ``part``."""
+        taken, self._pending = self._pending, []
+        if part.logprobs is not None:
+            part.logprobs += taken
+        return taken
 
     def _append(self, text: str, event_type: str, **extra: Any) -> Event:
         item = self._open

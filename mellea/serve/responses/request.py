@@ -10,6 +10,7 @@ from mellea.serve.errors import OpenAIError, param_path
 from mellea.serve.protocol import MAX_INT32
 
 MAX_METADATA_PAIRS = 16
+OUTPUT_LOGPROBS = "message.output_text.logprobs"  # the ``include`` value asking for logprobs
 
 
 class FunctionTool(BaseModel):
@@ -73,10 +74,12 @@ class ResponsesRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
+    # Extra output to return; only ``OUTPUT_LOGPROBS`` is produced, the rest is ignored.
+    include: list[str] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     # Accepted so that values we cannot honour get a 400 naming them.
     background: bool | None = None
     n: int | None = Field(default=None, ge=1, le=128)
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
     conversation: Any = None
     prompt: Any = None
     # The mellea extension: requirements the program should check its output against.
@@ -86,6 +89,11 @@ class ResponsesRequest(BaseModel):
     def stores(self) -> bool:
         """Whether the response is kept for GET, chaining and cancel (the default)."""
         return self.store is not False
+
+    @property
+    def wants_logprobs(self) -> bool:
+        """Whether ``include`` asks for the output text's token log-probabilities."""
+        return OUTPUT_LOGPROBS in (self.include or [])
 
 
 def function_tools(request: ResponsesRequest) -> list[FunctionTool]:
@@ -142,8 +150,6 @@ def reject_unsupported(request: ResponsesRequest) -> None:
         )
     if request.n is not None and request.n > 1:
         raise OpenAIError(400, "n > 1 is not supported; send one request per response", param="n")
-    if request.top_logprobs:
-        raise OpenAIError(400, "logprobs are not supported by this server", param="top_logprobs")
     for name in ("conversation", "prompt"):
         if getattr(request, name) is not None:
             raise OpenAIError(400, f"{name} is not supported by this server", param=name)

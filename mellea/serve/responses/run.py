@@ -92,8 +92,12 @@ class ResponseRun:
         deadline: float | None = None,
         cancel: CancelSignal | None = None,
         observer: StreamObserver | None = None,
+        logprobs: bool = False,
     ) -> None:
-        """Prepare a run; nothing happens until :meth:`events` is iterated."""
+        """Prepare a run; nothing happens until :meth:`events` is iterated.
+
+        With ``logprobs``, message text carries the thunk's token log-probabilities.
+        """
         self.source = source
         self.response = response
         self.sink = sink
@@ -101,6 +105,7 @@ class ResponseRun:
         self.deadline = deadline
         self.cancel = cancel
         self.observer = observer
+        self.logprobs = logprobs
         self.failure: Exception | None = None
         self.final: dict[str, Any] | None = None
         self._sequence = 0
@@ -113,7 +118,7 @@ class ResponseRun:
         If the consumer stops early (the client went away), the generation is closed
         and the response ends ``cancelled``.
         """
-        builder = OutputBuilder(self.response.output)
+        builder = OutputBuilder(self.response.output, self.logprobs)
         thunk: ModelOutputThunk | None = None
         settled = False
         try:
@@ -127,6 +132,7 @@ class ResponseRun:
                 if text:
                     if self.observer is not None:
                         self.observer.on_content()
+                    builder.reply_logprobs(thunk.logprobs)
                     delta = self.parser.feed(text) if self.parser else ReplyDelta(content=text)
                     for event in _reply_events(builder, delta):
                         yield self._stamp(event)
@@ -163,6 +169,7 @@ class ResponseRun:
 
     def _ending_events(self, builder: OutputBuilder, thunk: ModelOutputThunk) -> list[Event]:
         """Flush the parser, add calls the program returned, close the output, settle the status."""
+        builder.reply_logprobs(thunk.logprobs)
         events = _reply_events(builder, self.parser.finish()) if self.parser else []
         for call in tool_calls_of(thunk) or []:
             events += builder.function_call(call.id, call.function.name, call.function.arguments)
