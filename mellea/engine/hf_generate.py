@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from mellea.engine.loader import resolve_model
+from mellea.engine.stops import StopChecker
 from mellea.engine.types import PromptTooLongError, RequestOutput, SamplingParams
 
 
@@ -102,22 +103,27 @@ class HFGenerateEngine:
         emit = lambda item: loop.call_soon_threadsafe(queue.put_nowait, item)  # noqa: E731
         prompt_len = len(ids)
         generated: list[int] = []
-        sent_text = ""
+        decoded = ""  # text of ``generated`` so far
+        sent = ""  # what the client has: ``decoded`` less a possible stop string's start
+        stopped = False
+        stops = StopChecker(params, set(), params.max_tokens or self.max_model_len)
 
         class Streamer(BaseStreamer):
             first = True
 
             def put(self, value: torch.Tensor) -> None:
-                nonlocal sent_text
                 if self.first:  # generate() first hands over the prompt itself
                     self.first = False
                     return
+                nonlocal decoded, sent, stopped
                 generated.extend(value.flatten().tolist())
                 text = engine.tokenizer.decode(generated, skip_special_tokens=True)
-                if text.endswith("\ufffd"):
+                if stopped or text.endswith("\ufffd") or not text.startswith(decoded):
                     return
-                delta, sent_text = text[len(sent_text) :], text
-                emit(RequestOutput(rid, delta, [], prompt_len, len(generated)))
+                new, decoded = text[len(decoded) :], text
+                safe, stopped = stops.feed(new)  # generate() also stops on a stop string
+                sent += safe
+                emit(RequestOutput(rid, safe, [], prompt_len, len(generated)))
 
             def end(self) -> None:
                 pass
@@ -155,7 +161,7 @@ class HFGenerateEngine:
             for stop in params.stop:
                 if stop in text:
                     text = text[: text.index(stop)]
-            delta = text[len(sent_text) :] if text.startswith(sent_text) else ""
+            delta = text[len(sent) :] if text.startswith(sent) else ""
             eos = generated and generated[-1] == self.tokenizer.eos_token_id
             reason = "stop" if eos or len(generated) < max_new else "length"
             if rid in self._cancelled:

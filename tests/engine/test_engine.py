@@ -402,3 +402,18 @@ def test_naive_engine_rejects_logprobs(tiny_model_dir):
     engine = HFGenerateEngine(str(tiny_model_dir))
     with pytest.raises(ValueError, match="logprobs"):
         engine.add_request([1, 2, 3], SamplingParams(logprobs=1))
+
+
+async def test_naive_engine_never_streams_the_start_of_a_stop_string(tiny_model_dir):
+    from mellea.engine.hf_generate import HFGenerateEngine
+
+    async def stream(params: SamplingParams) -> list[str]:
+        return [out.text async for out in engine.add_request(PROMPTS[0], params)]
+
+    engine = HFGenerateEngine(str(tiny_model_dir))
+    whole = "".join(await stream(SamplingParams(max_tokens=24, ignore_eos=True)))
+    middle = len(whole) // 2
+    stop = whole[middle : middle + 3]
+    expected = whole[: whole.index(stop)]
+    pieces = await stream(SamplingParams(max_tokens=24, ignore_eos=True, stop=[stop]))
+    assert "".join(pieces) == expected, (pieces, stop)
