@@ -33,7 +33,6 @@ _PASSTHROUGH = {
     "logit_bias",
     "parallel_tool_calls",
     "response_format",
-    "n",
     "logprobs",
     "top_logprobs",
 }
@@ -142,6 +141,8 @@ async def _chunks(stream: Any) -> AsyncIterator[GenerationChunk]:
             if event.usage is not None:
                 usage = event.usage.model_dump(exclude_none=True)
             for choice in event.choices:
+                if choice.index != 0:  # a thunk holds one reply; n > 1 is the server's job
+                    continue
                 delta = choice.delta
                 for call in delta.tool_calls or []:
                     entry = calls.setdefault(call.index, {"id": None, "name": "", "args": ""})
