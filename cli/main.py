@@ -141,6 +141,23 @@ def serve(
             help="SQLite file for stored /v1/responses (shared by --workers) \\[default: in memory].",
         ),
     ] = None,
+    responses_max_count: Annotated[
+        int,
+        typer.Option(
+            envvar="M_SERVE_RESPONSES_MAX_COUNT",
+            min=0,
+            rich_help_panel=LIMITS,
+            help="Stored responses kept; beyond it the oldest are evicted (0: no limit).",
+        ),
+    ] = 10_000,
+    responses_max_age: Annotated[
+        str,
+        typer.Option(
+            envvar="M_SERVE_RESPONSES_MAX_AGE",
+            rich_help_panel=LIMITS,
+            help="How long stored responses are kept: seconds, or with s, m, h or d (0: forever).",
+        ),
+    ] = "30d",
     max_request_bytes: Annotated[
         int,
         typer.Option(
@@ -215,7 +232,12 @@ def serve(
     Example: m serve docs/examples/hello.py --port 8000
     """
     from cli.serve.runner import run
-    from cli.serve.settings import ServeSettings, read_api_keys
+    from cli.serve.settings import ServeSettings, parse_duration, read_api_keys
+
+    try:
+        max_age = parse_duration(responses_max_age)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--responses-max-age") from None
 
     settings = ServeSettings(
         program=str(program),
@@ -239,6 +261,8 @@ def serve(
         reasoning_parser=reasoning_parser,
         kv_cache_memory=kv_cache_memory,
         responses_db=str(responses_db.expanduser().resolve()) if responses_db else None,
+        responses_max_count=responses_max_count or None,
+        responses_max_age=max_age or None,
     )
     raise typer.Exit(run(settings))
 

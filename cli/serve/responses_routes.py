@@ -45,10 +45,13 @@ def add_responses_routes(
     """Serve the Responses API on ``app`` (it runs ``app.state.program``).
 
     ``reply_parser(request)`` gives fresh parsers for one reply (it reads ``tools`` and
-    ``tool_choice``). Responses are kept in SQLite: the file ``settings.responses_db``
+    ``tool_choice``). Responses are kept, within the count and age bounds of the settings,
+    in SQLite: the file ``settings.responses_db``
     (shared by worker processes) or, without one, an in-memory database of this app.
     """
-    store = ResponseStore(settings.responses_db)
+    store = ResponseStore(
+        settings.responses_db, settings.responses_max_count, settings.responses_max_age
+    )
     app.state.responses_store = store
     running: dict[str, _Running] = {}
     model_name = settings.served_model_name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ class ServeSettings:
     tool_call_parser: str | None = "hermes"
     reasoning_parser: str | None = None
     responses_db: str | None = None
+    responses_max_count: int | None = 10_000  # None: no bound
+    responses_max_age: float | None = 30 * 24 * 3600.0  # seconds; None: kept forever
     kv_cache_memory: str | None = None
 
     @property
@@ -90,3 +93,20 @@ def check_settings(settings: ServeSettings) -> None:
             get_reasoning_parser(settings.reasoning_parser)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``"30d"``, ``"12h"``, ``"90m"``, ``"45s"`` or plain seconds, in seconds."""
+    cleaned = text.strip().lower()
+    factor = _UNITS.get(cleaned[-1:])
+    number = cleaned[:-1] if factor else cleaned
+    try:
+        value = float(number) * (factor or 1)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration; try 30d, 12h, 90m or 3600") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{text!r}: give a finite, non-negative duration")
+    return value

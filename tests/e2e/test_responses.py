@@ -15,6 +15,7 @@ import pytest
 from mellea.core import TokenLogprob
 from mellea.serve.responses import ResponseStore, StoredResponse
 from mellea.serve.responses.output import OutputBuilder
+from tests.e2e.test_cli import m
 from tests.server import PROGRAMS, serve
 
 pytestmark = pytest.mark.e2e
@@ -669,3 +670,58 @@ def test_memory_store_works_across_threads():
     for thread in threads:
         thread.join()
     assert not errors and store.get("r3-49") is not None
+
+
+def finished(rid: str, created: float, status: str = "completed") -> StoredResponse:
+    return StoredResponse({"id": rid, "status": status, "created_at": created, "output": []})
+
+
+def test_store_evicts_the_oldest_finished_responses_beyond_max_count():
+    store = ResponseStore(max_count=3)
+    now = time.time()
+    store.create(finished("running", now - 50, status="in_progress"))
+    for i in range(5):
+        store.create(finished(f"r{i}", now - 40 + i))
+    assert [store.get(f"r{i}") is not None for i in range(5)] == [False, False, True, True, True]
+    assert store.status("running") == "in_progress", "a running response is never evicted"
+
+
+def test_store_forgets_expired_responses(tmp_path: Path):
+    path = str(tmp_path / "responses.db")
+    store = ResponseStore(path, max_age=3600)
+    now = time.time()
+    store.create(finished("old", now - 7200))
+    store.create(finished("old-but-running", now - 7200, status="in_progress"))
+    store.create(finished("new", now - 60))
+    assert store.get("old") is None and store.status("old") is None
+    assert not store.delete("old")
+    assert store.get("new") is not None and store.status("old-but-running") == "in_progress"
+    assert ResponseStore(path, max_age=None).get("old") is None, "evicted, not only hidden"
+
+
+def test_store_files_from_before_the_bounds_still_open(tmp_path: Path):
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE responses (id TEXT PRIMARY KEY, status TEXT NOT NULL, record TEXT)")
+    record = {"response": {"id": "r1", "status": "completed", "created_at": 5}, "input": []}
+    db.execute(
+        "INSERT INTO responses VALUES ('r1', 'completed', ?)",
+        (json.dumps(record | {"history": []}),),
+    )
+    db.commit()
+    db.close()
+    assert ResponseStore(str(path), max_age=None).get("r1").response["created_at"] == 5
+    assert ResponseStore(str(path)).get("r1") is None, "created in 1970: long expired"
+
+
+def test_max_count_flag_bounds_the_store():
+    with serve(PROGRAMS / "echo.py", "--responses-max-count", "2") as server:
+        ids = [client(server).responses.create(model="m", input=f"n{i}").id for i in range(3)]
+        assert [get(server, rid).status_code for rid in ids] == [404, 200, 200]
+
+
+def test_max_age_flag_is_checked(tmp_path: Path):
+    result = m("serve", str(PROGRAMS / "echo.py"), "--responses-max-age", "soon")
+    assert result.returncode != 0 and "--responses-max-age" in result.stderr

@@ -3,6 +3,9 @@
 Without a file the database lives in memory, private to the process. A record holds the
 response object, the request's own input items, and the items of the conversation
 before it (so ``previous_response_id`` chains without walking back).
+
+The store is bounded: responses older than ``max_age`` seconds are gone, and beyond
+``max_count`` the oldest finished ones are evicted as new ones arrive.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,9 +23,20 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
     status TEXT NOT NULL,
-    record TEXT NOT NULL
+    record TEXT NOT NULL,
+    created REAL NOT NULL DEFAULT 0
 )
 """
+# Files written before ``created`` existed get the column, filled from the records.
+_ADD_CREATED = (
+    "ALTER TABLE responses ADD COLUMN created REAL NOT NULL DEFAULT 0",
+    "UPDATE responses SET created = COALESCE(json_extract(record, '$.response.created_at'), 0)",
+)
+_INDEX = "CREATE INDEX IF NOT EXISTS responses_created ON responses (created)"
+# A response is visible while young enough, or while still running.
+_LIVE = "(created >= ? OR status = 'in_progress')"
+DEFAULT_MAX_COUNT = 10_000
+DEFAULT_MAX_AGE = 30 * 24 * 3600.0  # seconds
 
 
 @dataclass
@@ -54,9 +69,16 @@ class ResponseStore:
     in-memory database.
     """
 
-    def __init__(self, path: str | None = None) -> None:
-        """Open (and create if needed) the database."""
+    def __init__(
+        self,
+        path: str | None = None,
+        max_count: int | None = DEFAULT_MAX_COUNT,
+        max_age: float | None = DEFAULT_MAX_AGE,
+    ) -> None:
+        """Open (and create if needed) the database; ``None`` lifts a bound."""
         self.shared = path is not None
+        self.max_count = max_count
+        self.max_age = max_age
         self._lock = threading.Lock()
         self._db = sqlite3.connect(
             path or ":memory:", check_same_thread=False, timeout=10.0, isolation_level=None
@@ -64,7 +86,13 @@ class ResponseStore:
         if self.shared:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        with _transaction(self._db):
+            self._db.execute(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
+            if "created" not in columns:
+                for statement in _ADD_CREATED:
+                    self._db.execute(statement)
+            self._db.execute(_INDEX)
 
     def close(self) -> None:
         """Close the database connection."""
@@ -72,12 +100,33 @@ class ResponseStore:
             self._db.close()
 
     def create(self, record: StoredResponse) -> None:
-        """Store a new response."""
-        with self._lock:
+        """Store a new response, evicting what is past the bounds."""
+        created = float(record.response.get("created_at") or time.time())
+        with self._lock, _transaction(self._db):
             self._db.execute(
-                "INSERT INTO responses (id, status, record) VALUES (?, ?, ?)",
-                (record.id, record.status, _dump(record)),
+                "INSERT INTO responses (id, status, record, created) VALUES (?, ?, ?, ?)",
+                (record.id, record.status, _dump(record), created),
             )
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop expired responses and, beyond ``max_count``, the oldest finished ones."""
+        if self.max_age is not None:
+            self._db.execute(
+                "DELETE FROM responses WHERE created < ? AND status != 'in_progress'",
+                (self._oldest(),),
+            )
+        if self.max_count is not None:
+            self._db.execute(
+                "DELETE FROM responses WHERE id IN (SELECT id FROM responses "
+                "WHERE status != 'in_progress' ORDER BY created DESC, rowid DESC "
+                "LIMIT -1 OFFSET ?)",
+                (self.max_count,),
+            )
+
+    def _oldest(self) -> float:
+        """The creation time before which a response has expired."""
+        return time.time() - self.max_age if self.max_age is not None else float("-inf")
 
     def get(self, response_id: str) -> StoredResponse | None:
         """The stored response, or None."""
@@ -88,18 +137,22 @@ class ResponseStore:
         """Just the status of a stored response (cheap enough to poll)."""
         with self._lock:
             row = self._db.execute(
-                "SELECT status FROM responses WHERE id = ?", (response_id,)
+                f"SELECT status FROM responses WHERE id = ? AND {_LIVE}",
+                (response_id, self._oldest()),
             ).fetchone()
         return row[0] if row else None
 
     def delete(self, response_id: str) -> bool:
         """Forget a response; False if there was none."""
         with self._lock:
-            cursor = self._db.execute("DELETE FROM responses WHERE id = ?", (response_id,))
+            cursor = self._db.execute(
+                f"DELETE FROM responses WHERE id = ? AND {_LIVE}", (response_id, self._oldest())
+            )
         return cursor.rowcount > 0
 
     def finish(self, response: dict[str, Any]) -> dict[str, Any] | None:
         """Store a response's final state; returns what was stored (None if it was deleted).
+        Finished, it counts towards ``max_count``: the oldest beyond it are evicted.
 
         A cancel that got in first wins: the output is kept, the status stays ``cancelled``.
         """
@@ -112,6 +165,7 @@ class ResponseStore:
                 response["incomplete_details"] = None
             record.response = response
             self._write(record)
+            self._evict()
         return response
 
     def cancel(self, response_id: str) -> tuple[str, dict[str, Any]] | None:
@@ -132,7 +186,8 @@ class ResponseStore:
 
     def _read(self, response_id: str) -> StoredResponse | None:
         row = self._db.execute(
-            "SELECT record FROM responses WHERE id = ?", (response_id,)
+            f"SELECT record FROM responses WHERE id = ? AND {_LIVE}",
+            (response_id, self._oldest()),
         ).fetchone()
         return _load(row[0]) if row else None
 
