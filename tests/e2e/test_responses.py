@@ -725,3 +725,23 @@ def test_max_count_flag_bounds_the_store():
 def test_max_age_flag_is_checked(tmp_path: Path):
     result = m("serve", str(PROGRAMS / "echo.py"), "--responses-max-age", "soon")
     assert result.returncode != 0 and "--responses-max-age" in result.stderr
+
+
+def test_stored_responses_survive_a_restart(tmp_path: Path):
+    db = str(tmp_path / "responses.db")
+    with serve(PROGRAMS / "echo.py", "--responses-db", db) as server:
+        first = client(server).responses.create(model="m", input="remember this")
+    with serve(PROGRAMS / "echo.py", "--responses-db", db) as server:
+        assert get(server, first.id).json()["output"][0]["content"][0]["text"] == "remember this"
+        items = httpx.get(f"{server.base_url}/v1/responses/{first.id}/input_items").json()
+        assert items["data"][0]["content"][0]["text"] == "remember this"
+    with serve(PROGRAMS / "responses_inspect.py", "--responses-db", db) as server:
+        chained = client(server).responses.create(
+            model="m", input="and this", previous_response_id=first.id
+        )
+    messages = json.loads(chained.output_text)["messages"]
+    assert [(m["role"], m["content"]) for m in messages] == [
+        ("user", "remember this"),
+        ("assistant", "remember this"),
+        ("user", "and this"),
+    ]
