@@ -27,6 +27,7 @@ from mellea.serve.responses import (
     check_request,
     input_items,
     new_response,
+    replay_events,
     serve_arguments,
 )
 from mellea.serve.stream import StreamObserver, stream_response
@@ -34,6 +35,8 @@ from mellea.serve.stream import StreamObserver, stream_response
 log = logging.getLogger("mellea.serve")
 
 CANCEL_WAIT_SECONDS = 5.0  # how long a cancel waits for the run to store its last output
+REPLAY_WAIT_SECONDS = 600.0  # how long a replay waits for a running response to end
+REPLAY_POLL_SECONDS = 0.25
 
 
 def add_responses_routes(
@@ -99,13 +102,39 @@ def add_responses_routes(
         )
 
     @app.get("/v1/responses/{response_id}", response_model=None)
-    async def retrieve_response(response_id: str, stream: bool = False) -> Response:
-        """A stored response (404 if unknown, deleted, or created with ``store: false``)."""
-        if stream:
-            raise OpenAIError(
-                400, "streaming a stored response is not supported by this server", param="stream"
-            )
-        return JSONResponse(_stored(store, response_id).response)
+    async def retrieve_response(
+        response_id: str,
+        stream: bool = False,
+        starting_after: int | None = Query(None, ge=0),
+    ) -> Response:
+        """A stored response (404 if unknown, deleted, or created with ``store: false``).
+
+        With ``stream=true`` its events are sent again, after ``starting_after`` if given;
+        a response still running is replayed once it ends.
+        """
+        stored = _stored(store, response_id)
+        if not stream:
+            return JSONResponse(stored.response)
+        return stream_response(
+            _sse(_replayed(response_id, starting_after)),
+            keepalive_seconds=settings.keepalive_seconds,
+            shutdown_grace=settings.shutdown_grace,
+        )
+
+    async def _replayed(
+        response_id: str, starting_after: int | None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        deadline = time.monotonic() + (settings.request_timeout or REPLAY_WAIT_SECONDS)
+        while store.status(response_id) == "in_progress" and time.monotonic() < deadline:
+            await asyncio.sleep(REPLAY_POLL_SECONDS)
+        stored = store.get(response_id)
+        if stored is None or stored.status == "in_progress":
+            state = "was deleted" if stored is None else "is still in progress"
+            message = f"response {response_id!r} {state}"
+            yield {"type": "error", "sequence_number": 0, "code": None, "message": message}
+            return
+        for event in replay_events(stored.response, starting_after):
+            yield event
 
     @app.delete("/v1/responses/{response_id}", response_model=None)
     async def delete_response(response_id: str) -> Response:

@@ -745,3 +745,76 @@ def test_stored_responses_survive_a_restart(tmp_path: Path):
         ("assistant", "remember this"),
         ("user", "and this"),
     ]
+
+
+# -- replaying a stored response's stream -------------------------------------------------
+
+
+def replay(server, response_id: str, **params) -> list[dict]:
+    url = f"{server.base_url}/v1/responses/{response_id}"
+    with httpx.stream("GET", url, params={"stream": "true", **params}, timeout=30) as response:
+        assert response.status_code == 200, response.read()
+        return list(events_of(response.iter_lines()))
+
+
+def collapsed(events: list[dict]) -> list[str]:
+    """Event types, with runs of deltas of one item counted once."""
+    types: list[str] = []
+    for event in events:
+        if not (event["type"].endswith(".delta") and types and types[-1] == event["type"]):
+            types.append(event["type"])
+    return types
+
+
+@pytest.mark.parametrize(
+    ("fixture", "body"),
+    [
+        ("echo", {"input": "one two three four"}),
+        ("echo", {"input": "one two", "include": ["message.output_text.logprobs"]}),
+        ("tools", {"input": "Weather?", "tools": TOOLS}),
+        ("echo", {"input": "one two three", "max_output_tokens": 2}),
+    ],
+)
+def test_replay_matches_the_live_stream(request, fixture, body):
+    server = request.getfixturevalue(fixture)
+    live = stream(server, body)
+    response_id = live[0]["response"]["id"]
+    again = replay(server, response_id)
+    assert [e["sequence_number"] for e in again] == list(range(len(again)))
+    assert collapsed(again) == collapsed(live)
+    assert again[-1] == {**live[-1], "sequence_number": again[-1]["sequence_number"]}
+    assert again[0]["response"]["status"] == "in_progress" and again[0]["response"]["output"] == []
+    for kind in ("response.output_text.delta", "response.reasoning_text.delta"):
+        assert "".join(e["delta"] for e in again if e["type"] == kind) == "".join(
+            e["delta"] for e in live if e["type"] == kind
+        )
+    logprobs = [
+        x for e in again if e["type"] == "response.output_text.delta" for x in e["logprobs"]
+    ]
+    assert logprobs == [
+        x for e in live if e["type"] == "response.output_text.delta" for x in e["logprobs"]
+    ]
+
+
+def test_replay_with_the_openai_client_and_starting_after(echo):
+    created = client(echo).responses.create(model="m", input="red green blue")
+    events = list(client(echo).responses.retrieve(created.id, stream=True))
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == "red green blue"
+    later = replay(echo, created.id, starting_after=3)
+    assert later[0]["sequence_number"] == 4 and later[-1]["type"] == "response.completed"
+    assert_error(get(echo, created.id, stream="true", starting_after=-1), 400, "starting_after")
+    assert_error(get(echo, "resp_unknown", stream="true"), 404)
+
+
+def test_replay_of_a_running_response_waits_for_its_end(echo):
+    words = " ".join(f"w{i}" for i in range(60))  # about 0.6 s of streaming
+    with httpx.stream(
+        "POST", f"{echo.base_url}/v1/responses", json={"input": words, "stream": True}, timeout=30
+    ) as response:
+        events = events_of(response.iter_lines())
+        response_id = next(events)["response"]["id"]
+        again = replay(echo, response_id)
+        live = [*events]
+    assert again[-1]["type"] == "response.completed" == live[-1]["type"]
+    assert again[-1]["response"]["output"] == live[-1]["response"]["output"]

@@ -7,6 +7,7 @@ Framework-free, like the rest of :mod:`mellea.serve`; the HTTP routes live in
 from mellea.serve.responses.arguments import check_request, new_response, serve_arguments
 from mellea.serve.responses.items import chat_messages, input_items
 from mellea.serve.responses.objects import ResponseObject
+from mellea.serve.responses.replay import replay_events
 from mellea.serve.responses.request import ResponsesRequest
 from mellea.serve.responses.run import CancelSignal, ResponseRun
 from mellea.serve.responses.store import ResponseStore, StoredResponse
@@ -22,5 +23,6 @@ __all__ = [
     "check_request",
     "input_items",
     "new_response",
+    "replay_events",
     "serve_arguments",
 ]

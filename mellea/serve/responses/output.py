@@ -11,6 +11,7 @@ that gave no message text (reasoning, tool-call markup) wait for the next
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mellea.core.logprobs import TokenLogprob
@@ -35,11 +36,18 @@ class OutputBuilder:
     Events are ``{"type": ..., ...}`` dicts without sequence numbers.
     """
 
-    def __init__(self, output: list[OutputItem], logprobs: bool = False) -> None:
+    def __init__(
+        self,
+        output: list[OutputItem],
+        logprobs: bool = False,
+        new_id: Callable[[str], str] = new_item_id,
+    ) -> None:
         """Build into ``output`` (the response object's own list); with ``logprobs``,
-        message text parts carry the log-probabilities of their tokens."""
+        message text parts carry the log-probabilities of their tokens. ``new_id(prefix)``
+        names each new item (a replay passes the stored ids)."""
         self.output = output
         self.logprobs = logprobs
+        self.new_id = new_id
         self._open: OutputMessage | ReasoningItem | None = None
         self._seen = 0  # log-probability entries taken from the reply so far
         self._pending: list[dict[str, Any]] = []  # ... and not yet sent with message text
@@ -67,7 +75,7 @@ class OutputBuilder:
     def function_call(self, call_id: str, name: str, arguments: str) -> list[Event]:
         """A complete call: it is added, its arguments sent, and it is done at once."""
         events = self.close()
-        item = FunctionCallItem(id=new_item_id("fc"), call_id=call_id, name=name)
+        item = FunctionCallItem(id=self.new_id("fc"), call_id=call_id, name=name)
         self.output.append(item)
         where = {"item_id": item.id, "output_index": len(self.output) - 1}
         events.append(_item_event("response.output_item.added", item, where["output_index"]))
@@ -92,8 +100,12 @@ class OutputBuilder:
         """End of the reply: close the open item; a reply with nothing to show gets an
         empty message, so every response has a message or a call."""
         shown = any(item.type in ("message", "function_call") for item in self.output)
-        events = [] if shown else self._start(OutputMessage)
+        events = [] if shown else self.empty_message()
         return [*events, *self.close(status)]
+
+    def empty_message(self) -> list[Event]:
+        """Open a message with no text yet."""
+        return self._start(OutputMessage)
 
     def close(self, status: ItemStatus = "completed") -> list[Event]:
         """Finish the open reasoning item or message, if any."""
@@ -130,10 +142,10 @@ class OutputBuilder:
     def _start(self, kind: type[OutputMessage] | type[ReasoningItem]) -> list[Event]:
         events = self.close()
         if kind is OutputMessage:
-            item: OutputMessage | ReasoningItem = OutputMessage(id=new_item_id("msg"))
+            item: OutputMessage | ReasoningItem = OutputMessage(id=self.new_id("msg"))
             part: OutputText | ReasoningText = OutputText(logprobs=[] if self.logprobs else None)
         else:
-            item, part = ReasoningItem(id=new_item_id("rs")), ReasoningText()
+            item, part = ReasoningItem(id=self.new_id("rs")), ReasoningText()
         self.output.append(item)
         index = len(self.output) - 1
         events.append(_item_event("response.output_item.added", item, index))

@@ -165,7 +165,7 @@ class ResponseRun:
             if thunk is not None and not thunk.is_computed():
                 await asyncio.shield(_close(thunk, self._pending))
         self.final = self.sink.finished(self.response.wire())
-        yield self._stamp(_terminal_event(self.final))
+        yield self._stamp(terminal_event(self.final))
 
     def _ending_events(self, builder: OutputBuilder, thunk: ModelOutputThunk) -> list[Event]:
         """Flush the parser, add calls the program returned, close the output, settle the status."""
@@ -254,7 +254,8 @@ def _reply_events(builder: OutputBuilder, delta: ReplyDelta) -> list[Event]:
     return events
 
 
-def _terminal_event(response: dict[str, Any]) -> Event:
+def terminal_event(response: dict[str, Any]) -> Event:
+    """The last event of a stream: completed, incomplete, failed, or the cancel error."""
     status = response["status"]
     if status == "cancelled":
         return {
