@@ -77,6 +77,18 @@ def _tile_kv(
 
 
 @triton.jit
+def _online_softmax_step(s, v, m_i, l_i, acc, PRECISION: tl.constexpr):
+    """Fold one tile of masked scores ``s`` (log2 scale) and its values ``v`` into the
+    running max ``m_i``, denominator ``l_i`` and output ``acc``; returns all three."""
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _decode_kernel(
     q_ptr,
     k_cache_ptr,
@@ -129,16 +141,11 @@ def _decode_kernel(
         )  # fmt: skip
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
         v = _tile_kv(
             v_cache_ptr, tables, pos, valid, dims, kv_head, block_size, head_dim,
             stride_vc_b, stride_vc_s, stride_vc_h, DOT_TY,
         )  # fmt: skip
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(s, v, m_i, l_i, acc, PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     o_ptrs = out_ptr + seq * stride_o_b + heads[:, None] * stride_o_h + dims[None, :]
@@ -210,17 +217,12 @@ def _prefill_kernel(
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         keep = valid[None, :] & (pos[None, :] <= q_pos[:, None])
         s = tl.where(keep, s, float("-inf"))
-        # Key 0 is visible to every row, so m_new is finite from the first tile on.
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
         v = _tile_kv(
             v_cache_ptr, tables, pos, valid, dims, kv_head, block_size, head_dim,
             stride_vc_b, stride_vc_s, stride_vc_h, DOT_TY,
         )  # fmt: skip
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        # Key 0 is visible to every row, so the running max is finite from the first tile on.
+        m_i, l_i, acc = _online_softmax_step(s, v, m_i, l_i, acc, PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     o_ptrs = out_ptr + rows[:, None] * stride_o_t + head * stride_o_h + dims[None, :]
