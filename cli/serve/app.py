@@ -147,6 +147,22 @@ def create_app(
 
     add_responses_routes(app, settings, metrics, reply_parser)
 
+    async def non_streamed(request: Request, work: Awaitable[Any]) -> Any:
+        """Await a non-streamed reply and count its tokens; ``499`` if the client left."""
+        completion = await _unless_disconnected(request, work)
+        if completion is None:
+            return Response(status_code=499)  # only the access log sees it
+        record_usage(metrics, completion.usage)
+        return completion
+
+    def streamed(events: AsyncIterator[dict[str, str]]) -> Response:
+        """An SSE reply with this server's keep-alive and shutdown settings."""
+        return stream_response(
+            events,
+            keepalive_seconds=settings.keepalive_seconds,
+            shutdown_grace=settings.shutdown_grace,
+        )
+
     @app.get("/health")
     async def health() -> dict[str, str]:
         """Liveness: the server is up."""
@@ -204,11 +220,7 @@ def create_app(
                     logprobs=logprobs,
                 ),
             )
-            completion = await _unless_disconnected(request, work)
-            if completion is None:
-                return _client_left()
-            record_usage(metrics, completion.usage)
-            return completion
+            return await non_streamed(request, work)
         await _first_results(running, settings.first_result_wait)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         events = chat_completion_events(
@@ -222,11 +234,7 @@ def create_app(
             deadline=deadline,
             observer=StreamTimer(metrics, started),
         )
-        return stream_response(
-            events,
-            keepalive_seconds=settings.keepalive_seconds,
-            shutdown_grace=settings.shutdown_grace,
-        )
+        return streamed(events)
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Completion | Response:
@@ -258,11 +266,7 @@ def create_app(
                     n=n,
                 ),
             )
-            completion = await _unless_disconnected(request, whole)
-            if completion is None:
-                return _client_left()
-            record_usage(metrics, completion.usage)
-            return completion
+            return await non_streamed(request, whole)
         await _first_results(running, settings.first_result_wait)
         events = text_completion_events(
             list(running),
@@ -276,11 +280,7 @@ def create_app(
             n=n,
             deadline=deadline,
         )
-        return stream_response(
-            events,
-            keepalive_seconds=settings.keepalive_seconds,
-            shutdown_grace=settings.shutdown_grace,
-        )
+        return streamed(events)
 
     return app
 
@@ -348,11 +348,6 @@ async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None
     await asyncio.gather(task, return_exceptions=True)
     log.info("client left before its reply was ready; generation cancelled")
     return None
-
-
-def _client_left() -> Response:
-    """What a departed client would have got (it is only seen in the access log)."""
-    return Response(status_code=499)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
