@@ -45,26 +45,27 @@ async def lift_tool_calls(
     """
     from mellea.serve.parsers import get_tool_parser
 
-    streaming = get_tool_parser(parser_name)
-    raw: list[str] = []
+    parser = get_tool_parser(parser_name)
+    found = []  # each delta the parser gives holds one complete call
     async for chunk in chunks:
-        raw.append(chunk.text)
-        chunk.text = streaming.feed(chunk.text).content
+        delta = parser.feed(chunk.text)
+        chunk.text = delta.content
+        found += delta.tool_calls
         yield chunk
-    tail = streaming.finish().content
-    _, parsed = get_tool_parser(parser_name).parse("".join(raw))
+    tail = parser.finish()
     calls = []
-    for call in parsed[:max_calls]:
-        model_call = ModelToolCall(call.name, (functions or {}).get(call.name), _args(call))
-        model_call.id = call.id
+    for call in [*found, *tail.tool_calls][:max_calls]:
+        name = call.name or ""
+        model_call = ModelToolCall(name, (functions or {}).get(name), _args(call.arguments))
+        model_call.id = call.id or model_call.id
         calls.append(model_call)
-    if tail or calls:
-        yield GenerationChunk(text=tail, tool_calls=calls or None)
+    if tail.content or calls:
+        yield GenerationChunk(text=tail.content, tool_calls=calls or None)
 
 
-def _args(call: Any) -> dict[str, Any]:
+def _args(arguments: str | None) -> dict[str, Any]:
     try:
-        args = json.loads(call.arguments)
+        args = json.loads(arguments or "{}")
     except json.JSONDecodeError:
-        return {"_raw": call.arguments}
+        return {"_raw": arguments}
     return args if isinstance(args, dict) else {"_value": args}
