@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from mellea.backends.base import Backend, openai_tools, schema_hint
-from mellea.backends.logprobs import TokenTexts, engine_logprobs
+from mellea.backends.logprobs import TokenTexts, engine_logprobs, token_texts
 from mellea.backends.model_options import ModelOption
 from mellea.backends.tool_parsing import lift_tool_calls, tool_functions, tool_parser_name
 from mellea.core.errors import ContextLengthExceededError, RequestError
@@ -115,7 +115,6 @@ class LocalBackend(Backend):
         self.tool_call_parser = tool_call_parser
         self.engine = engine if engine is not None else shared_engine(model_id, **engine_kwargs)
         self.model_id = model_id or self.engine.model_id
-        self.token_texts = TokenTexts(self.engine.tokenizer)
 
     async def generate(
         self,
@@ -147,7 +146,8 @@ class LocalBackend(Backend):
         except ValueError as exc:
             param = "tools" if forced_tools else "response_format" if params.grammar else None
             raise RequestError(str(exc), param=param) from None
-        chunks = _chunks(stream, self.token_texts if params.logprobs is not None else None)
+        texts = token_texts(self.engine.tokenizer) if params.logprobs is not None else None
+        chunks = _chunks(stream, texts)
         functions = tool_functions(options.get(ModelOption.TOOLS))
         if forced_tools:
             chunks = _tool_call_chunks(chunks, functions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from mellea.core.logprobs import TokenLogprob
@@ -54,6 +55,17 @@ class TokenTexts:
         """A :class:`TokenLogprob` (without alternatives) for ``token_id``."""
         text, raw = self(token_id)
         return TokenLogprob(token=text, logprob=logprob, bytes=raw)
+
+
+_texts_by_tokenizer: weakref.WeakKeyDictionary[Any, TokenTexts] = weakref.WeakKeyDictionary()
+
+
+def token_texts(tokenizer: Any) -> TokenTexts:
+    """The one :class:`TokenTexts` of ``tokenizer``: backends built per request share it."""
+    texts = _texts_by_tokenizer.get(tokenizer)
+    if texts is None:
+        texts = _texts_by_tokenizer[tokenizer] = TokenTexts(tokenizer)
+    return texts
 
 
 def engine_logprobs(entries: list[Any], texts: TokenTexts) -> list[TokenLogprob]:
