@@ -85,6 +85,10 @@ class ModelOutputThunk:
         """Whether generation has finished and ``value`` holds the whole text."""
         return self._computed
 
+    def text_so_far(self) -> str:
+        """All the text that has arrived, whoever consumed it (``value`` once computed)."""
+        return "".join(self._parts)
+
     # -- consuming -----------------------------------------------------------
 
     async def astream(self) -> str:

@@ -29,6 +29,7 @@ from mellea.serve.protocol import (
     Delta,
     Usage,
 )
+from mellea.serve.reading import ThunkReader
 
 log = logging.getLogger("mellea.serve")
 
@@ -164,8 +165,9 @@ async def _chat_choice_chunks(
     try:
         thunk = await before(deadline, source) if inspect.isawaitable(source) else source
         yield ChunkChoice(index=index, delta=Delta(role="assistant", content=""))
+        reader = ThunkReader(thunk)
         while True:
-            text = await before(deadline, thunk.astream())
+            text = await before(deadline, reader.next())
             if text:
                 if observer is not None:
                     observer.on_content()
@@ -332,8 +334,9 @@ def text_completion_events(
             thunk = await before(deadline, source) if inspect.isawaitable(source) else source
             if echo:
                 yield CompletionChoice(index=index, text=prompts[index])
+            reader = ThunkReader(thunk)
             while True:
-                text = await before(deadline, thunk.astream())
+                text = await before(deadline, reader.next())
                 if text:
                     yield choice(text)
                 elif thunk.is_computed():

@@ -24,6 +24,7 @@ from mellea.serve.errors import (
     StreamTimeoutError,
 )
 from mellea.serve.parsers import ReplyDelta, ReplyParser, new_call_id
+from mellea.serve.reading import ThunkReader
 from mellea.serve.responses.objects import ResponseObject, ResponseUsage
 from mellea.serve.responses.output import Event, OutputBuilder
 from mellea.serve.stream import StreamObserver, before
@@ -127,8 +128,9 @@ class ResponseRun:
             yield self._stamp({"type": "response.in_progress", "response": self.response.wire()})
             source = self.source
             thunk = await self._next(source) if inspect.isawaitable(source) else source
+            reader = ThunkReader(thunk)
             while True:
-                text = await self._next(thunk.astream())
+                text = await self._next(reader.next())
                 if text:
                     if self.observer is not None:
                         self.observer.on_content()
