@@ -5,17 +5,17 @@ client (openai) -> m serve (an upstream-style program on the local default model
 
 from __future__ import annotations
 
-import base64
+from pathlib import Path
 
 import openai
 import pytest
 
-from tests.compat.test_media_openai import PNG, PROGRAMS
+from tests.compat.media_samples import PNG, WAV
 from tests.server import serve
 
-pytestmark = [pytest.mark.e2e, pytest.mark.model]
+PROGRAMS = Path(__file__).parent / "programs"
 
-WAV = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x00" * 24).decode()
+pytestmark = [pytest.mark.e2e, pytest.mark.model]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ client (openai) -> m serve (an upstream-style program) -> recording server on lo
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -14,18 +13,12 @@ import openai
 import pytest
 
 from tests.compat.media_recorder import Recorder, recording_server
+from tests.compat.media_samples import JPEG, PNG, WAV
 from tests.server import serve, sse_events
 
 pytestmark = pytest.mark.e2e
 
 PROGRAMS = Path(__file__).parent / "programs"
-# a 1x1 PNG and the first bytes of a JPEG and of a WAV file
-PNG = (
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYPj/HwADAgH/"
-    "eL9GtQAAAABJRU5ErkJggg=="
-)
-JPEG = base64.b64encode(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 16).decode()
-WAV = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x00" * 24).decode()
 # Nothing listens on port 9: a server that tried to fetch this URL would fail.
 REMOTE_IMAGE = "http://127.0.0.1:9/pictures/cat.png"
 
