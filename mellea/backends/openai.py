@@ -36,6 +36,7 @@ _PASSTHROUGH = {
     "response_format",
     "logprobs",
     "top_logprobs",
+    "modalities",  # e.g. ["text"] beside audio input (upstream's audio example sets it)
 }
 _EXTRA_BODY = {"top_k", "min_p", "repetition_penalty"}
 

@@ -220,3 +220,37 @@ def test_bad_audio_is_a_400_naming_it(chat_server):
     with pytest.raises(openai.BadRequestError) as caught:
         client(chat_server).chat.completions.create(model="m", messages=messages)
     assert caught.value.body["param"] == "messages[0].content[0].input_audio.data"
+
+
+@pytest.fixture(scope="module")
+def audio_server(recorder: Recorder):
+    with serve(PROGRAMS / "media_audio.py", env={"MEDIA_BASE_URL": recorder.base_url}) as server:
+        yield server
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_audio_reaches_the_model_server_with_the_session_options(audio_server, recorder, stream):
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What colors are mentioned?"},
+                {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}},
+            ],
+        }
+    ]
+    reply = client(audio_server).chat.completions.create(
+        model="m", messages=messages, stream=stream
+    )
+    if stream:
+        text = "".join(c.choices[0].delta.content or "" for c in reply if c.choices)
+    else:
+        text = reply.choices[0].message.content
+    assert text == "saw text,input_audio"
+    body = recorder.last()
+    assert body["model"] == "audio-model"
+    assert body["modalities"] == ["text"] and body["max_tokens"] == 1000
+    assert user_parts(recorder)[1] == {
+        "type": "input_audio",
+        "input_audio": {"data": WAV, "format": "wav"},
+    }
