@@ -32,11 +32,18 @@ class TextContent(BaseModel):
 class ImageUrlContent(BaseModel):
     """An image part: ``{"type": "image_url", "image_url": {"url": ..., "detail": ...}}``.
 
-    ``url`` is a ``data:image/...;base64,`` URL (PNG, JPEG, GIF or WEBP) or an http(s) URL.
+    ``url`` is a ``data:image/...;base64,`` URL (PNG, JPEG, GIF or WEBP) or an http(s) URL;
+    ``image_url`` given as the URL string alone is read as ``{"url": ...}``.
     """
 
     type: Literal["image_url"]
     image_url: dict[str, str]
+
+    @field_validator("image_url", mode="before")
+    @classmethod
+    def _url_alone(cls, value: Any) -> Any:
+        # ``"image_url": "https://..."``, a short form some clients send (vLLM reads it too)
+        return {"url": value} if isinstance(value, str) else value
 
     @field_validator("image_url")
     @classmethod

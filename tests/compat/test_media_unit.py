@@ -162,6 +162,14 @@ def test_chat_messages_keep_images_and_audio():
     }
 
 
+def test_an_image_url_given_as_a_string_is_read_as_its_url():
+    message = ChatMessage.model_validate(
+        {"role": "user", "content": [{"type": "image_url", "image_url": "https://e.com/a.png"}]}
+    )
+    assert message.get_image_urls() == ["https://e.com/a.png"]
+    assert message.to_openai()["content"][0]["image_url"] == {"url": "https://e.com/a.png"}
+
+
 def test_text_messages_have_no_media():
     message = ChatMessage(role="user", content="just text")
     assert message.get_image_blocks() == [] and message.get_audio_blocks() == []
