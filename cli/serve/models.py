@@ -1,5 +1,19 @@
 """Upstream mellea programs import ``ChatMessage`` from here; it lives in ``mellea.serve``."""
 
-from mellea.serve.messages import ChatMessage
+from mellea.serve.messages import (
+    ChatMessage,
+    ImageUrlContent,
+    InputAudioContent,
+    InputAudioData,
+    MessageContent,
+    TextContent,
+)
 
-__all__ = ["ChatMessage"]
+__all__ = [
+    "ChatMessage",
+    "ImageUrlContent",
+    "InputAudioContent",
+    "InputAudioData",
+    "MessageContent",
+    "TextContent",
+]

@@ -127,6 +127,7 @@ class LocalBackend(Backend):
         """Start a request on the engine and return its streaming thunk."""
         from mellea.engine.types import PromptTooLongError
 
+        messages = text_only(messages)
         options = ModelOption.merge_model_options(self.model_options, model_options)
         if format is not None:
             messages = _with_schema_hint(messages, format)
@@ -298,6 +299,33 @@ def sampling_params(options: dict[str, Any]) -> Any:
     if bias:
         params.logit_bias = {int(k): float(v) for k, v in bias.items()}
     return params
+
+
+def text_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with lists of text parts joined into strings.
+
+    The local models read text only, so an image, audio or file part is the client's
+    request for something this backend cannot do: a 400 naming ``messages``, never a
+    silent drop.
+    """
+    result = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            result.append(message)
+            continue
+        kinds = [p.get("type") if isinstance(p, dict) else type(p).__name__ for p in content]
+        others = sorted({str(kind) for kind in kinds if kind not in ("text", "refusal")})
+        if others:
+            raise RequestError(
+                f"the local model reads text only and cannot take {', '.join(others)} "
+                "content; send text, or serve a program whose backend's model reads "
+                "images or audio (e.g. the openai backend)",
+                param="messages",
+            )
+        text = "".join(p.get("text") or p.get("refusal") or "" for p in content)
+        result.append({**message, "content": text})
+    return result
 
 
 def _with_schema_hint(messages: list[dict[str, Any]], format: type) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from typing import Any
 from mellea.backends.base import Backend, openai_tools
 from mellea.backends.logprobs import openai_logprobs
 from mellea.backends.model_options import ModelOption
+from mellea.core.content import CBlock, MediaBlock, openai_part, split_data_url
 from mellea.core.errors import RequestError
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
 from mellea.core.tool_call import ModelToolCall
@@ -35,6 +36,7 @@ _PASSTHROUGH = {
     "response_format",
     "logprobs",
     "top_logprobs",
+    "modalities",  # e.g. ["text"] beside audio input (upstream's audio example sets it)
 }
 _EXTRA_BODY = {"top_k", "min_p", "repetition_penalty"}
 
@@ -95,11 +97,41 @@ class OpenAIBackend(Backend):
         body = request_body(options, format)
         try:
             stream = await self._client().chat.completions.create(
-                model=self.model_id, messages=messages, stream=True, **body
+                model=self.model_id, messages=wire_messages(messages), stream=True, **body
             )
         except openai.BadRequestError as exc:
             raise RequestError(f"the model server rejected the request: {_message(exc)}") from None
         return ModelOutputThunk.from_stream(_chunks(stream))
+
+
+def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as the chat completions API takes them, images and audio included.
+
+    Content parts that are image or audio blocks become their OpenAI parts, and
+    ``input_audio`` data given as a ``data:`` URL is sent as the bare base64 the API
+    expects. Everything else goes as it is; http(s) image URLs are left for the model
+    server to fetch.
+    """
+    result = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            message = {**message, "content": [_wire_part(part) for part in content]}
+        result.append(message)
+    return result
+
+
+def _wire_part(part: Any) -> Any:
+    if isinstance(part, MediaBlock):
+        return openai_part(part)
+    if isinstance(part, CBlock):
+        return {"type": "text", "text": str(part)}
+    if isinstance(part, dict) and part.get("type") == "input_audio":
+        audio = part.get("input_audio")
+        if isinstance(audio, dict) and isinstance(audio.get("data"), str):
+            data = split_data_url(audio["data"])[1]
+            return {**part, "input_audio": {**audio, "data": data}}
+    return part
 
 
 def request_body(options: dict[str, Any], format: type | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from typing import Any
 
 from mellea.backends.base import Backend
 from mellea.backends.model_options import ModelOption
+from mellea.core.content import user_content
 from mellea.core.requirement import Requirement, ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
@@ -72,6 +73,7 @@ class MelleaSession:
         prefix: str | None = None,
         output_prefix: str | None = None,
         images: list[Any] | None = None,
+        audio: list[Any] | None = None,
         tool_calls: bool = False,
         await_result: bool = True,
     ) -> ModelOutputThunk | SamplingResult:
@@ -81,8 +83,10 @@ class MelleaSession:
         ``strategy=None`` (or no requirements) a single generation is made, and
         ``await_result=False`` then returns its thunk uncomputed so the caller can
         stream it. ``return_sampling_results=True`` returns the :class:`SamplingResult`.
+        ``images`` (image blocks, PIL images, URLs) and ``audio`` (audio blocks) go with
+        the instruction as content parts; a backend whose model reads text only refuses them.
         """
-        del output_prefix, images  # accepted for upstream compatibility
+        del output_prefix  # accepted for upstream compatibility
         reqs = [as_requirement(r) for r in requirements or []]
         text = render_instruction(
             description, reqs, user_variables, grounding_context, icl_examples, prefix
@@ -90,7 +94,7 @@ class MelleaSession:
         options = ModelOption.merge_model_options(self.model_options, model_options)
         if strategy is DEFAULT:
             strategy = RejectionSamplingStrategy(loop_budget=2)
-        messages = self._messages_for(text, options)
+        messages = self._messages_for(user_content(text, images, audio), options)
 
         async def generate(attempt: int) -> ModelOutputThunk:
             return await self.backend.generate(
@@ -134,13 +138,15 @@ class MelleaSession:
         format: type | None = None,
         model_options: dict[str, Any] | None = None,
         user_variables: dict[str, str] | None = None,
+        images: list[Any] | None = None,
+        audio: list[Any] | None = None,
         tool_calls: bool = False,
     ) -> Message:
-        """Async :meth:`chat`."""
+        """Async :meth:`chat`; ``images`` and ``audio`` as for :meth:`ainstruct`."""
         if user_variables:
             content = _substitute(content, user_variables)
         options = ModelOption.merge_model_options(self.model_options, model_options)
-        messages = self._messages_for(content, options, role=role)
+        messages = self._messages_for(user_content(content, images, audio), options, role=role)
         thunk = await self.backend.generate(
             messages, model_options=options, format=format, tool_calls=tool_calls
         )
@@ -196,7 +202,7 @@ class MelleaSession:
     # -- helpers ---------------------------------------------------------------
 
     def _messages_for(
-        self, text: str, options: dict[str, Any], role: str = "user"
+        self, text: str | list[dict[str, Any]], options: dict[str, Any], role: str = "user"
     ) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
         system = options.get(ModelOption.SYSTEM_PROMPT)

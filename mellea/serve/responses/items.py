@@ -13,7 +13,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mellea.serve.errors import OpenAIError
-from mellea.serve.messages import ChatMessage, FunctionCall, ToolCall
+from mellea.serve.messages import (
+    ChatMessage,
+    FunctionCall,
+    ToolCall,
+    audio_data_problem,
+    image_url_problem,
+)
 from mellea.serve.responses.request import field_error
 
 TEXT_PARTS = ("input_text", "output_text")
@@ -145,10 +151,33 @@ def _part(part: dict[str, Any], where: str) -> dict[str, Any]:
                 f"{kind} needs its data inline in {key!r} (file ids are not supported)",
                 param=f"{where}.{key}",
             )
+        problem = _media_problem(kind, part)
+        if problem is not None:
+            raise OpenAIError(
+                400, f"{where}.{problem[0]}: {problem[1]}", param=f"{where}.{problem[0]}"
+            )
         return part
     raise OpenAIError(
         400, f"content part type {kind!r} is not supported by this server", param=f"{where}.type"
     )
+
+
+def _media_problem(kind: str, part: dict[str, Any]) -> tuple[str, str] | None:
+    """``(field, why)`` when an image or audio part would not make a valid chat part."""
+    if kind == "input_image":
+        if part.get("detail") is not None and not isinstance(part["detail"], str):
+            return "detail", "must be a string"
+        problem = image_url_problem(part["image_url"])
+        return ("image_url", problem) if problem else None
+    if kind == "input_audio":
+        audio = part["input_audio"]
+        if not isinstance(audio, dict):
+            return "input_audio", "must be an object with 'data' and 'format'"
+        if not isinstance(audio.get("format"), str) or not audio["format"]:
+            return "input_audio.format", "must name the audio format, e.g. 'wav'"
+        problem = audio_data_problem(audio.get("data"))
+        return ("input_audio.data", problem) if problem else None
+    return None
 
 
 def chat_messages(instructions: str | None, items: list[dict[str, Any]]) -> list[ChatMessage]:
