@@ -190,7 +190,9 @@ META_LLAMA_3_2_3B = ModelIdentifier(
     context_length=131072,
 )
 META_LLAMA_GUARD3_1B = ModelIdentifier(
-    hf_model_name="meta-llama/Llama-Guard-3-1B", ollama_name="llama-guard3:1b", context_length=131072
+    hf_model_name="meta-llama/Llama-Guard-3-1B",
+    ollama_name="llama-guard3:1b",
+    context_length=131072,
 )
 META_LLAMA_3_2_1B = ModelIdentifier(
     hf_model_name="unsloth/Llama-3.2-1B", ollama_name="llama3.2:1b", context_length=131072
@@ -199,7 +201,9 @@ META_LLAMA_3_2_1B = ModelIdentifier(
 # --- Mistral -------------------------------------------------------------------------
 
 MISTRALAI_MISTRAL_0_3_7B = ModelIdentifier(
-    hf_model_name="mistralai/Mistral-7B-Instruct-v0.3", ollama_name="mistral:7b", context_length=32768
+    hf_model_name="mistralai/Mistral-7B-Instruct-v0.3",
+    ollama_name="mistral:7b",
+    context_length=32768,
 )
 MISTRALAI_MISTRAL_SMALL_24B = ModelIdentifier(
     hf_model_name="mistralai/Mistral-Small-3.1-24B-Instruct-2503",
@@ -226,7 +230,9 @@ QWEN3_0_6B = ModelIdentifier(
 QWEN3_1_7B = ModelIdentifier(
     hf_model_name="Qwen/Qwen3-1.7B", ollama_name="qwen3:1.7b", context_length=32768
 )
-QWEN3_8B = ModelIdentifier(hf_model_name="Qwen/Qwen3-8B", ollama_name="qwen3:8b", context_length=40960)
+QWEN3_8B = ModelIdentifier(
+    hf_model_name="Qwen/Qwen3-8B", ollama_name="qwen3:8b", context_length=40960
+)
 QWEN3_14B = ModelIdentifier(
     hf_model_name="Qwen/Qwen3-14B", ollama_name="qwen3:14b", context_length=40960
 )

@@ -1,21 +1,61 @@
-"""Core types a program works with: thunks, requirements, sampling results, tool calls."""
+"""Core types a program works with: thunks, requirements, sampling results, tool calls,
+and upstream's content blocks, components and contexts."""
 
+from mellea.core.base import (
+    AbstractMelleaTool,
+    CBlock,
+    Component,
+    ComponentParseError,
+    Context,
+    ContextTurn,
+    GenerateLog,
+    Span,
+    TemplateRepresentation,
+    blockify,
+)
 from mellea.core.errors import ContextLengthExceededError, RequestError
 from mellea.core.logprobs import TokenLogprob
 from mellea.core.requirement import Requirement, ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ComputedModelOutputThunk, GenerationChunk, ModelOutputThunk
 from mellea.core.tool_call import ModelToolCall
+from mellea.core.utils import MelleaLogger
+
+
+def __getattr__(name: str) -> object:
+    # Upstream exports these from mellea.core; they live in higher layers here, so
+    # they load on first use (keeps the import graph pointing down).
+    if name == "Backend":
+        from mellea.backends.base import Backend
+
+        return Backend
+    if name == "SamplingStrategy":
+        from mellea.stdlib.sampling import SamplingStrategy
+
+        return SamplingStrategy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
+    "AbstractMelleaTool",
+    "CBlock",
+    "Component",
+    "ComponentParseError",
     "ComputedModelOutputThunk",
+    "Context",
     "ContextLengthExceededError",
+    "ContextTurn",
+    "GenerateLog",
     "GenerationChunk",
+    "MelleaLogger",
     "ModelOutputThunk",
     "ModelToolCall",
     "RequestError",
     "Requirement",
     "SamplingResult",
+    "Span",
+    "TemplateRepresentation",
     "TokenLogprob",
     "ValidationResult",
+    "blockify",
 ]

@@ -1,87 +1,144 @@
-"""Contexts: what earlier turns a session shows the model on the next call."""
+"""Contexts: what a session keeps of earlier turns, and what it shows the model.
+
+Both contexts are immutable linked lists (see :class:`mellea.core.base.Context`).
+
+- :class:`SimpleContext`: each call stands alone; the model sees no history. It
+  keeps only the newest few spans (enough for ``last_turn()`` and
+  ``last_output()``), so a long-lived session does not grow with every request.
+- :class:`ChatContext`: a conversation; the model sees the history, or its newest
+  ``window_size`` spans (older ones are dropped when they fall out of the window).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from mellea.core.thunk import ModelOutputThunk
+from mellea.core.base import CBlock, Component, Context, ContextTurn, Span, span_text
+from mellea.stdlib.components.chat import Message
 
-
-@dataclass(frozen=True)
-class Message:
-    """One turn: a role, its text, and for model turns the thunk that produced it."""
-
-    role: str
-    content: str | None = None
-    thunk: ModelOutputThunk | None = None
-
-    @property
-    def text(self) -> str:
-        """The turn's text; for a model turn still streaming, what is known once done."""
-        if self.content is not None:
-            return self.content
-        if self.thunk is not None and self.thunk.value is not None:
-            return self.thunk.value
-        return ""
-
-    def as_dict(self) -> dict[str, Any]:
-        """The turn as an OpenAI-style chat message."""
-        return {"role": self.role, "content": self.text}
+SIMPLE_CONTEXT_KEEP = 3  # last_output() looks at the newest 3 spans by default
 
 
-class Context:
-    """An immutable sequence of turns; :meth:`add` returns a new context."""
-
-    def __init__(self, turns: tuple[Message, ...] = ()) -> None:
-        self._turns = turns
-
-    def add(self, message: Message) -> Context:
-        """A new context with ``message`` appended."""
-        return type(self)(self._turns + (message,))
-
-    @property
-    def turns(self) -> tuple[Message, ...]:
-        """Every turn recorded so far."""
-        return self._turns
-
-    def view_for_generation(self) -> list[Message]:
-        """The earlier turns the model sees before the next instruction."""
-        raise NotImplementedError
-
-    def last_output(self) -> ModelOutputThunk | None:
-        """The most recent model output, if any."""
-        for message in reversed(self._turns):
-            if message.thunk is not None:
-                return message.thunk
-        return None
-
-    def last_turn_text(self) -> str | None:
-        """The text of the most recent turn, if any."""
-        return self._turns[-1].text if self._turns else None
+def _chain(root: Context, items: list[Span]) -> Context:
+    """``root`` followed by ``items``, built as new nodes of ``root``'s class."""
+    node = root
+    for item in items:
+        node = type(root).from_previous(node, item)
+    return node
 
 
 class SimpleContext(Context):
-    """Each call stands alone: the model sees no earlier turns."""
+    """Each call stands alone: the model sees no earlier turns.
 
-    def view_for_generation(self) -> list[Message]:
+    Upstream keeps every turn anyway; here only the newest
+    :data:`SIMPLE_CONTEXT_KEEP` spans are kept, since nothing else reads them.
+    """
+
+    def add(self, c: Span) -> SimpleContext:
+        """A context holding the newest spans up to and including ``c``."""
+        kept = self.as_list(SIMPLE_CONTEXT_KEEP - 1) + [c]
+        return _chain(SimpleContext(), kept)  # type: ignore[return-value]
+
+    def view_for_generation(self) -> list[Span]:
         """No history."""
         return []
 
 
 class ChatContext(Context):
-    """A conversation: the model sees earlier turns (the last ``window_size``, if set)."""
+    """A conversation: the model sees the earlier turns.
 
-    def __init__(self, turns: tuple[Message, ...] = (), *, window_size: int | None = None):
-        super().__init__(turns)
+    ``window_size`` keeps only the newest that many spans (a leading system message
+    is kept as well). ``token_context_length_limit``, or the ``context_length`` of
+    ``model_id`` when it is a :class:`~mellea.backends.model_ids.ModelIdentifier`,
+    caps what the model is shown at about four characters a token, dropping the
+    oldest spans first.
+    """
+
+    def __init__(
+        self,
+        *,
+        window_size: int | None = None,
+        token_context_length_limit: int | None = None,
+        model_id: Any = None,
+        compactor: Any = None,
+    ) -> None:
+        if compactor is not None:
+            raise ValueError("ChatContext compactors are not provided here; use window_size")
+        if window_size is not None and window_size < 1:
+            raise ValueError("window_size must be at least 1")
+        super().__init__()
         self.window_size = window_size
+        self._token_context_length_limit = token_context_length_limit
+        self._model_id = model_id
 
-    def add(self, message: Message) -> ChatContext:
-        """A new chat context with ``message`` appended, keeping the window size."""
-        return ChatContext(self._turns + (message,), window_size=self.window_size)
+    @property
+    def model_id(self) -> Any:
+        """The model this context sizes its view for, if any."""
+        return self._model_id
 
-    def view_for_generation(self) -> list[Message]:
-        """The history, trimmed to the window."""
-        turns = list(self._turns)
-        return turns[-self.window_size :] if self.window_size else turns
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "window_size": self.window_size,
+            "token_context_length_limit": self._token_context_length_limit,
+            "model_id": self._model_id,
+        }
+
+    def new_instance(self) -> ChatContext:
+        """An empty chat context with the same settings."""
+        return ChatContext(**self._settings())
+
+    @classmethod
+    def from_previous(cls, previous: Context, data: Span) -> ChatContext:
+        """A node after ``previous``, keeping its window and budget settings."""
+        node = super().from_previous(previous, data)
+        if isinstance(previous, ChatContext):
+            node.window_size = previous.window_size
+            node._token_context_length_limit = previous._token_context_length_limit
+            node._model_id = previous._model_id
+        return node
+
+    def add(self, c: Span) -> ChatContext:
+        """A new chat context with ``c`` appended (and the window applied)."""
+        node = ChatContext.from_previous(self, c)
+        if self.window_size is None:
+            return node
+        items = node.as_list(self.window_size + 1)
+        if len(items) <= self.window_size:
+            return node
+        history = node.as_list()
+        pinned = [history[0]] if _is_system(history[0]) else []
+        body = history[len(pinned) :][-self.window_size :]
+        return _chain(self.new_instance(), pinned + body)  # type: ignore[return-value]
+
+    def view_for_generation(self) -> list[Span]:
+        """The history, trimmed to the token budget when there is one."""
+        history = self.as_list()
+        budget = self._token_context_length_limit
+        if budget is None:
+            budget = getattr(self._model_id, "context_length", None)
+        if budget is None:
+            return history
+        allowed, kept = int(budget * 0.75), []
+        for item in reversed(history):
+            cost = max(1, len(span_text(item)) // 4)
+            if cost > allowed:
+                break
+            kept.append(item)
+            allowed -= cost
+        kept.reverse()
+        return kept
+
+
+def _is_system(item: Any) -> bool:
+    return isinstance(item, Message) and item.role == "system"
+
+
+__all__ = [
+    "CBlock",
+    "ChatContext",
+    "Component",
+    "Context",
+    "ContextTurn",
+    "Message",
+    "SimpleContext",
+]
