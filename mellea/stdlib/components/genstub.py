@@ -69,9 +69,13 @@ def create_response_format(func: Callable[..., Any]) -> type:
 
 def describe_function(func: Callable[..., Any]) -> dict[str, Any]:
     """The function's name, signature and docstring, as the prompt shows them."""
+    try:  # show postponed annotations (``from __future__ import annotations``) unquoted
+        signature = inspect.signature(func, eval_str=True)
+    except Exception:
+        signature = inspect.signature(func)
     return {
         "name": func.__name__,
-        "signature": str(inspect.signature(func)),
+        "signature": str(signature),
         "docstring": inspect.getdoc(func),
     }
 
