@@ -157,6 +157,10 @@ class ModelOutputThunk:
             if inspect.isawaitable(result):
                 await result
 
+    def __class_getitem__(cls, item: Any) -> type[ModelOutputThunk]:
+        # Upstream's thunk is generic (``ModelOutputThunk[str]``); accept the annotation.
+        return cls
+
     def __str__(self) -> str:
         return self._value if self._computed and self._value is not None else ""
 

@@ -25,6 +25,11 @@ class ModelToolCall:
         return self.func(**self.args)
 
     @property
+    def tool_call_id(self) -> str:
+        """Upstream's name for :attr:`id`."""
+        return self.id
+
+    @property
     def arguments_json(self) -> str:
         """The arguments as the JSON string the OpenAI wire format carries."""
         return json.dumps(self.args, ensure_ascii=False)

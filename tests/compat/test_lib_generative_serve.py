@@ -28,9 +28,7 @@ def client(server) -> openai.OpenAI:
 def ask(server, text: str, stream: bool) -> str:
     messages = [{"role": "user", "content": text}]
     if not stream:
-        reply = client(server).chat.completions.create(
-            model="m", messages=messages, temperature=0
-        )
+        reply = client(server).chat.completions.create(model="m", messages=messages, temperature=0)
         return reply.choices[0].message.content
     chunks = client(server).chat.completions.create(
         model="m", messages=messages, temperature=0, stream=True

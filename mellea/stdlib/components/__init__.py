@@ -9,6 +9,7 @@ from mellea.core.base import (
 )
 from mellea.core.thunk import ModelOutputThunk
 from mellea.stdlib.components.chat import Message, ToolMessage, as_chat_history
+from mellea.stdlib.components.docs import Document
 from mellea.stdlib.components.genstub import generative
 from mellea.stdlib.components.instruction import Instruction
 from mellea.stdlib.components.simple import SimpleComponent
@@ -17,6 +18,7 @@ __all__ = [
     "CBlock",
     "Component",
     "ComponentParseError",
+    "Document",
     "Instruction",
     "Message",
     "ModelOutputThunk",

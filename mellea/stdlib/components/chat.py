@@ -43,7 +43,7 @@ class Message(Component["Message"]):
         self.thinking = thinking
         self._images = images
         self._audio = audio
-        self._docs = list(documents) if documents is not None else None
+        self._docs = _documents(documents)
         self._tool_calls = tool_calls
         self._tool_call_id = tool_call_id
 
@@ -69,12 +69,16 @@ class Message(Component["Message"]):
 
     @property
     def text(self) -> str:
-        """The message's text; for a model turn still streaming, ``""`` until done."""
+        """The message's text (documents appended); for a model turn still streaming,
+        ``""`` until done."""
+        text = ""
         if self.content is not None:
-            return self.content
-        if self.thunk is not None and self.thunk.value is not None:
-            return self.thunk.value
-        return ""
+            text = self.content
+        elif self.thunk is not None and self.thunk.value is not None:
+            text = self.thunk.value
+        if self._docs:
+            text = "\n\n".join([text, *(d.format_for_llm() for d in self._docs)])
+        return text
 
     def parts(self) -> list[Span]:
         """The content block, then any documents, images and audio."""
@@ -87,7 +91,7 @@ class Message(Component["Message"]):
         """The message's parts for a formatter."""
         return TemplateRepresentation(
             obj=self,
-            args={"content": self.text, "documents": self._docs},
+            args={"content": self.content, "documents": self._docs},
             template_order=["*", "Message"],
             images=self._images,
             audio=self._audio,
@@ -137,6 +141,15 @@ class ToolMessage(Message):
         self.arguments = args
         self.tool_output = tool_output
         self.tool = tool
+
+
+def _documents(documents: Iterable[Any] | None) -> list[Any] | None:
+    """Plain strings become :class:`~mellea.stdlib.components.docs.Document` s."""
+    if documents is None:
+        return None
+    from mellea.stdlib.components.docs import Document
+
+    return [d if isinstance(d, Document) else Document(str(d)) for d in documents]
 
 
 def as_chat_history(ctx: Context) -> list[Message]:

@@ -1,0 +1,69 @@
+"""MelleaTool, @tool and AbstractMelleaTool subclasses, as the backends see them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mellea.backends import MelleaTool, tool
+from mellea.backends.base import openai_tools
+from mellea.backends.tool_parsing import tool_functions
+from mellea.core.base import AbstractMelleaTool
+
+
+@tool
+def get_weather(city: str, days: int = 1) -> str:
+    """Get the weather forecast.
+
+    Args:
+        city: The city's name.
+        days: How many days ahead.
+    """
+    return f"sunny in {city} for {days} days"
+
+
+@tool(name="stock_price")
+async def price(symbol: str) -> str:
+    """The price of a stock.
+
+    Args:
+        symbol: The ticker.
+    """
+    return f"{symbol}: 100"
+
+
+class Clock(AbstractMelleaTool):
+    """A tool written against upstream's abstract class."""
+
+    name = "clock"
+
+    def run(self, zone: str) -> str:
+        return f"noon in {zone}"
+
+    @property
+    def as_json_tool(self) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": "clock", "parameters": {}}}
+
+
+def test_tool_decorator_makes_a_mellea_tool_with_a_schema():
+    assert isinstance(get_weather, MelleaTool)
+    assert get_weather.run(city="Oslo") == "sunny in Oslo for 1 days"
+    schema = get_weather.as_json_tool
+    assert schema["function"]["name"] == "get_weather"
+    props = schema["function"]["parameters"]["properties"]
+    assert props["city"]["type"] == "string" and props["days"]["type"] == "integer"
+    assert schema["function"]["parameters"]["required"] == ["city"]
+
+
+def test_named_async_tool_runs_to_completion():
+    assert price.name == "stock_price" and price.as_json_tool["function"]["name"] == "stock_price"
+    assert price.run(symbol="ACME") == "ACME: 100"
+
+
+def test_backends_describe_and_call_every_kind_of_tool():
+    tools = [get_weather, price, Clock()]
+    names = [t["function"]["name"] for t in openai_tools(tools)]
+    assert names == ["get_weather", "stock_price", "clock"]
+    functions = tool_functions(tools)
+    assert functions["clock"](zone="UTC") == "noon in UTC"
+    assert functions["stock_price"](symbol="X") == "X: 100"
+    assert functions["get_weather"](city="Rome", days=2) == "sunny in Rome for 2 days"
