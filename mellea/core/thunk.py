@@ -157,6 +157,24 @@ class ModelOutputThunk:
             if inspect.isawaitable(result):
                 await result
 
+    def __aiter__(self) -> ModelOutputThunk:
+        """``async for delta in thunk``: the text as it arrives (one consumer only)."""
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            delta = await self.astream()
+            if delta:
+                return delta
+            if self._computed:
+                raise StopAsyncIteration
+
+    async def __aenter__(self) -> ModelOutputThunk:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     def __class_getitem__(cls, item: Any) -> type[ModelOutputThunk]:
         # Upstream's thunk is generic (``ModelOutputThunk[str]``); accept the annotation.
         return cls

@@ -107,3 +107,12 @@ class _FakeEngine:
     model_id = "fake"
     max_model_len = 2048
     tokenizer = None
+
+
+async def test_thunk_async_iteration_yields_the_text_as_it_arrives():
+    m = MelleaSession(ScriptedBackend(["a b c"]))
+    thunk = await m.ainstruct("q", strategy=None)
+    async with thunk:
+        pieces = [delta async for delta in thunk]
+    assert pieces == ["a ", "b ", "c "] and thunk.value == "a b c "
+    assert [d async for d in ModelOutputThunk("done")] == ["done"]
