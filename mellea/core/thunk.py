@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mellea.core.logprobs import TokenLogprob
-from mellea.core.tool_call import ModelToolCall
+from mellea.core.tool_call import ModelToolCall, ToolCalls
 
 
 @dataclass
@@ -39,7 +39,7 @@ class ModelOutputThunk:
         value: str | None = None,
         meta: dict[str, Any] | None = None,
         parsed_repr: Any = None,
-        tool_calls: dict[str, ModelToolCall] | None = None,
+        tool_calls: dict[str, ModelToolCall] | list[ModelToolCall] | None = None,
     ) -> None:
         self._parts: list[str] = [] if value is None else [value]
         self._value = value
@@ -49,7 +49,8 @@ class ModelOutputThunk:
         self._done_hooks: list[DoneHook] = []
         self.meta: dict[str, Any] = meta or {}
         self.parsed_repr: Any = parsed_repr if parsed_repr is not None else value
-        self.tool_calls: dict[str, ModelToolCall] | None = tool_calls
+        # A list as upstream's, also readable by tool name (see ToolCalls).
+        self.tool_calls: ToolCalls | None = ToolCalls(tool_calls) if tool_calls else None
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = "stop" if self._computed else None
         # Per-token log-probabilities, when the request asked for them and the backend
@@ -139,12 +140,7 @@ class ModelOutputThunk:
                 self.logprobs = []
             self.logprobs.extend(chunk.logprobs)
         if chunk.tool_calls:
-            # Keyed by tool name, as upstream does; a second call of the same tool is
-            # keyed by its id so that it is not lost.
-            calls = self.tool_calls or {}
-            for call in chunk.tool_calls:
-                calls[call.id if call.name in calls else call.name] = call
-            self.tool_calls = calls
+            self.tool_calls = ToolCalls([*(self.tool_calls or []), *chunk.tool_calls])
 
     async def _finish(self) -> None:
         self._source = None

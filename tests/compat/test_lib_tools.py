@@ -67,3 +67,26 @@ def test_backends_describe_and_call_every_kind_of_tool():
     assert functions["clock"](zone="UTC") == "noon in UTC"
     assert functions["stock_price"](symbol="X") == "X: 100"
     assert functions["get_weather"](city="Rome", days=2) == "sunny in Rome for 2 days"
+
+
+def test_thunk_tool_calls_are_a_list_as_upstream_and_readable_by_name():
+    from mellea.core import GenerationChunk, ModelOutputThunk, ModelToolCall
+
+    first = ModelToolCall("get_weather", None, {"city": "Oslo"})
+    second = ModelToolCall("get_weather", None, {"city": "Rome"})
+    other = ModelToolCall("clock", None, {})
+
+    async def chunks():
+        yield GenerationChunk(text="", tool_calls=[first])
+        yield GenerationChunk(finish_reason="tool_calls", tool_calls=[second, other])
+
+    import asyncio
+
+    thunk = ModelOutputThunk.from_stream(chunks())
+    asyncio.run(thunk.avalue())
+    calls = thunk.tool_calls
+    assert [tc.name for tc in calls] == ["get_weather", "get_weather", "clock"]  # upstream
+    assert calls[0] is first and calls["get_weather"] is first and "clock" in calls
+    assert calls.keys() == ["get_weather", second.id, "clock"]  # the older dict's keys
+    assert list(calls.values()) == [first, second, other]
+    assert calls.get("missing") is None and first in calls
