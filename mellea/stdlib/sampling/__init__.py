@@ -1,0 +1,13 @@
+"""Sampling strategies (upstream's module path; the code is in :mod:`.base`)."""
+
+from mellea.core.sampling import SamplingResult
+from mellea.stdlib.sampling.base import RejectionSamplingStrategy, SamplingStrategy
+
+BaseSamplingStrategy = SamplingStrategy  # upstream's name for the shared base
+
+__all__ = [
+    "BaseSamplingStrategy",
+    "RejectionSamplingStrategy",
+    "SamplingResult",
+    "SamplingStrategy",
+]
