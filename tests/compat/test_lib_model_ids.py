@@ -95,3 +95,17 @@ def test_openai_backend_takes_upstreams_positional_arguments():
     assert backend.formatter is formatter
     assert backend.base_url == "http://127.0.0.1:1/v1"
     assert backend.model_options == {"temperature": 0.1}
+
+
+def test_upstreams_hf_backend_name_runs_on_the_local_engine():
+    from mellea.backends.huggingface import LocalHFBackend
+
+    backend = LocalHFBackend(IBM_GRANITE_4_HYBRID_MICRO, engine=FakeEngine())
+    assert backend.model_id == "ibm-granite/granite-4.0-h-micro"
+
+
+def test_start_session_resolves_an_identifier_for_the_local_backend():
+    import mellea
+
+    session = mellea.start_session(model_id=model_ids.QWEN3_0_6B, engine=FakeEngine())
+    assert session.backend.model_id == "Qwen/Qwen3-0.6B"
