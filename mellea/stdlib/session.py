@@ -17,7 +17,12 @@ from mellea.stdlib.components.chat import Message
 from mellea.stdlib.components.instruction import Instruction, render_instruction, substitute
 from mellea.stdlib.context import ChatContext, Context, SimpleContext
 from mellea.stdlib.requirements import as_requirement
-from mellea.stdlib.sampling import RejectionSamplingStrategy, SamplingStrategy
+from mellea.stdlib.sampling.base import (
+    Generate,
+    RejectionSamplingStrategy,
+    Retry,
+    SamplingStrategy,
+)
 
 
 class _Default:
@@ -151,14 +156,7 @@ class MelleaSession:
             strategy = RejectionSamplingStrategy(loop_budget=2)
         messages = self._messages_for(text, options)
 
-        async def generate(attempt: int) -> ModelOutputThunk:
-            return await self.backend.generate(
-                messages,
-                model_options=_reseeded(options, attempt),
-                format=format,
-                tool_calls=tool_calls,
-            )
-
+        generate = self._generator(messages, options, format, tool_calls)
         return await self._sample(
             action, generate, reqs, strategy, return_sampling_results, await_result
         )
@@ -166,7 +164,7 @@ class MelleaSession:
     async def _sample(
         self,
         action: Span,
-        generate: Any,
+        generate: Generate,
         reqs: list[Requirement],
         strategy: SamplingStrategy | None,
         return_sampling_results: bool,
@@ -226,14 +224,7 @@ class MelleaSession:
         options = ModelOption.merge_model_options(self.model_options, model_options)
         messages = self._messages_for(self._render(action), options)
 
-        async def generate(attempt: int) -> ModelOutputThunk:
-            return await self.backend.generate(
-                messages,
-                model_options=_reseeded(options, attempt),
-                format=format,
-                tool_calls=tool_calls,
-            )
-
+        generate = self._generator(messages, options, format, tool_calls)
         return await self._sample(
             action, generate, reqs, strategy, return_sampling_results, await_result
         )
@@ -325,6 +316,25 @@ class MelleaSession:
         messages.extend(chat_dicts(self.ctx.view_for_generation() or []))
         messages.append({"role": role, "content": text})
         return messages
+
+    def _generator(
+        self,
+        messages: list[dict[str, Any]],
+        options: dict[str, Any],
+        format: type | None,
+        tool_calls: bool,
+    ) -> Generate:
+        """``generate(attempt, retry)`` for a sampling strategy: one backend call."""
+
+        async def generate(attempt: int, retry: Retry | None = None) -> ModelOutputThunk:
+            return await self.backend.generate(
+                retry.apply(messages) if retry is not None else messages,
+                model_options=_reseeded(options, attempt),
+                format=format,
+                tool_calls=tool_calls,
+            )
+
+        return generate
 
     def _render(self, action: Component | CBlock) -> str:
         """The user message text an action becomes."""

@@ -116,3 +116,35 @@ async def test_thunk_async_iteration_yields_the_text_as_it_arrives():
         pieces = [delta async for delta in thunk]
     assert pieces == ["a ", "b ", "c "] and thunk.value == "a b c "
     assert [d async for d in ModelOutputThunk("done")] == ["done"]
+
+
+def _short(limit: int):
+    from mellea.stdlib.requirements import req, simple_validate
+
+    return req(f"At most {limit} words.", simple_validate(lambda t: len(t.split()) <= limit))
+
+
+def test_repair_template_strategy_lists_the_failed_requirements_on_retry():
+    from mellea.stdlib.sampling import RepairTemplateStrategy
+
+    m = MelleaSession(ScriptedBackend(["far too many words here", "ok"]))
+    result = m.instruct(
+        "q", requirements=[_short(2)], strategy=RepairTemplateStrategy(loop_budget=2)
+    )
+    assert result.value == "ok "
+    first, second = (call["messages"] for call in m.backend.calls)
+    assert "failed before" not in first[-1]["content"]
+    assert second[-1]["content"].endswith(
+        "The following requirements failed before:\n* At most 2 words."
+    )
+
+
+def test_multi_turn_strategy_shows_the_failed_answer_and_asks_again():
+    from mellea.stdlib.sampling import MultiTurnStrategy
+
+    m = MelleaSession(ScriptedBackend(["far too many words here", "ok"]))
+    m.instruct("q", requirements=[_short(2)], strategy=MultiTurnStrategy(loop_budget=2))
+    second = m.backend.calls[1]["messages"]
+    assert [msg["role"] for msg in second] == ["user", "assistant", "user"]
+    assert second[1]["content"] == "far too many words here "
+    assert "At most 2 words." in second[2]["content"]
