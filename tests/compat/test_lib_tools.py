@@ -90,3 +90,20 @@ def test_thunk_tool_calls_are_a_list_as_upstream_and_readable_by_name():
     assert calls.keys() == ["get_weather", second.id, "clock"]  # the older dict's keys
     assert list(calls.values()) == [first, second, other]
     assert calls.get("missing") is None and first in calls
+
+
+def test_tool_requirements_read_the_calls_in_the_last_output():
+    from mellea.core import ModelOutputThunk, ModelToolCall
+    from mellea.stdlib.context import SimpleContext
+    from mellea.stdlib.requirements import tool_arg_validator, uses_tool
+
+    call = ModelToolCall("get_weather", None, {"city": "Oslo", "days": 9})
+    ctx = SimpleContext().add(ModelOutputThunk("", tool_calls=[call]))
+    assert uses_tool(get_weather).validation_fn(ctx).as_bool()
+    assert not uses_tool("clock").validation_fn(ctx).as_bool()
+    days_ok = tool_arg_validator("days <= 7", "get_weather", "days", lambda d: d <= 7)
+    verdict = days_ok.validation_fn(ctx)
+    assert not verdict and "days=9" in verdict.reason
+    city_ok = tool_arg_validator("city set", None, "city", bool)
+    assert city_ok.validation_fn(ctx).as_bool()
+    assert not uses_tool("x").validation_fn(SimpleContext().add(ModelOutputThunk("t")))

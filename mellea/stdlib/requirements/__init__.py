@@ -9,6 +9,7 @@ from mellea.stdlib.requirements.requirement import (
     reqify,
     simple_validate,
 )
+from mellea.stdlib.requirements.tool_reqs import tool_arg_validator, uses_tool
 
 __all__ = [
     "Requirement",
@@ -18,4 +19,6 @@ __all__ = [
     "req",
     "reqify",
     "simple_validate",
+    "tool_arg_validator",
+    "uses_tool",
 ]
