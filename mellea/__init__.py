@@ -28,6 +28,7 @@ from mellea.stdlib.context import ChatContext, SimpleContext
 from mellea.stdlib.requirements import check, req, simple_validate
 from mellea.stdlib.sampling import RejectionSamplingStrategy
 from mellea.stdlib.session import MelleaSession, start_session
+from mellea.stdlib.start_backend import start_backend
 
 __version__ = "0.1.0"
 
@@ -69,5 +70,6 @@ __all__ = [
     "model_ids",
     "req",
     "simple_validate",
+    "start_backend",
     "start_session",
 ]

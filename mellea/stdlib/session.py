@@ -15,7 +15,7 @@ from mellea.formatters import chat_dicts
 from mellea.stdlib._sync import run_sync
 from mellea.stdlib.components.chat import Message
 from mellea.stdlib.components.instruction import Instruction, render_instruction, substitute
-from mellea.stdlib.context import ChatContext, Context, SimpleContext
+from mellea.stdlib.context import Context, SimpleContext
 from mellea.stdlib.requirements import as_requirement
 from mellea.stdlib.sampling.base import (
     Generate,
@@ -55,17 +55,18 @@ def start_session(
     :class:`~mellea.backends.model_ids.ModelIdentifier`. ``context_type`` (``"simple"``
     or ``"chat"``) is shorthand for ``ctx``.
     """
-    from mellea.backends.registry import create_backend
+    from mellea.stdlib.start_backend import start_backend
 
-    if ctx is not None and context_type is not None:
-        raise ValueError("pass either ctx or context_type, not both")
-    if context_type is not None:
-        if context_type not in ("simple", "chat"):
-            raise ValueError(f"context_type must be 'simple' or 'chat', not {context_type!r}")
-        ctx = ChatContext() if context_type == "chat" else SimpleContext()
     if plugins:
         raise ValueError("session plugins are not provided by this mellea")
-    backend = create_backend(backend_name, model_id, model_options=model_options, **backend_kwargs)
+    ctx, backend = start_backend(
+        backend_name,
+        model_id,
+        ctx,
+        context_type=context_type,
+        model_options=model_options,
+        **backend_kwargs,
+    )
     return MelleaSession(backend, ctx=ctx, model_options=model_options)
 
 

@@ -148,3 +148,12 @@ def test_multi_turn_strategy_shows_the_failed_answer_and_asks_again():
     assert [msg["role"] for msg in second] == ["user", "assistant", "user"]
     assert second[1]["content"] == "far too many words here "
     assert "At most 2 words." in second[2]["content"]
+
+
+def test_start_backend_gives_a_context_and_a_backend():
+    import mellea
+
+    ctx, backend = mellea.start_backend(context_type="chat", engine=_FakeEngine())
+    assert isinstance(ctx, ChatContext) and backend.model_id == "fake"
+    ctx, _ = mellea.start_backend(engine=_FakeEngine())
+    assert isinstance(ctx, SimpleContext)
