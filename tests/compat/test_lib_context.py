@@ -8,7 +8,7 @@ from mellea.core.base import CBlock, ContextTurn, ModelOutputThunk
 from mellea.stdlib.components import Instruction, Message
 from mellea.stdlib.context import ChatContext, SimpleContext
 from mellea.stdlib.session import MelleaSession
-from tests.compat.scripted import ScriptedBackend
+from tests.compat.lib_scripted import ScriptedBackend
 
 
 def test_contexts_are_immutable_linked_lists():

@@ -13,7 +13,7 @@ from mellea import generative
 from mellea.stdlib.components.genstub import PreconditionException
 from mellea.stdlib.context import ChatContext
 from mellea.stdlib.session import MelleaSession
-from tests.compat.scripted import ScriptedBackend
+from tests.compat.lib_scripted import ScriptedBackend
 
 
 @generative

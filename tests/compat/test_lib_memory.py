@@ -7,7 +7,7 @@ import tracemalloc
 
 import mellea
 from mellea.stdlib.session import MelleaSession
-from tests.compat.scripted import ScriptedBackend
+from tests.compat.lib_scripted import ScriptedBackend
 
 REQUESTS = 3000
 
