@@ -3,6 +3,7 @@ and upstream's content blocks, components and contexts."""
 
 from mellea.core.base import (
     AbstractMelleaTool,
+    BaseModelSubclass,
     CBlock,
     Component,
     ComponentParseError,
@@ -38,6 +39,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "AbstractMelleaTool",
+    "BaseModelSubclass",
     "CBlock",
     "Component",
     "ComponentParseError",

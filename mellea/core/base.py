@@ -12,13 +12,17 @@ from __future__ import annotations
 import abc
 import datetime
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 from mellea.core.thunk import ComputedModelOutputThunk, ModelOutputThunk
 from mellea.core.tool_call import ModelToolCall
 
 S = TypeVar("S", covariant=True)
 C = TypeVar("C")
+BaseModelSubclass = TypeVar("BaseModelSubclass", bound="BaseModel")  # a pydantic model class
 
 
 class CBlock:
@@ -286,6 +290,7 @@ def blockify(s: str | Span) -> Span:
 
 __all__ = [
     "AbstractMelleaTool",
+    "BaseModelSubclass",
     "C",
     "CBlock",
     "Component",

@@ -56,6 +56,9 @@ class ModelOutputThunk:
         # Per-token log-probabilities, when the request asked for them and the backend
         # can report them; grows as the generation streams in.
         self.logprobs: list[TokenLogprob] | None = None
+        # Upstream's reasoning trace; reasoning is split off by the server here, so the
+        # library leaves it None.
+        self.thinking: str | None = None
 
     @classmethod
     def from_stream(
