@@ -157,3 +157,26 @@ def test_start_backend_gives_a_context_and_a_backend():
     assert isinstance(ctx, ChatContext) and backend.model_id == "fake"
     ctx, _ = mellea.start_backend(engine=_FakeEngine())
     assert isinstance(ctx, SimpleContext)
+
+
+def test_window_compactor_and_pin_predicates():
+    from mellea.stdlib.context import WindowCompactor, pin_nothing, pin_system_and_initial_user
+
+    def texts(ctx):
+        return [m.content for m in ctx.as_list()]
+
+    def fill(ctx):
+        ctx = ctx.add(Message("system", "s"))
+        for i in range(4):
+            ctx = ctx.add(Message("user", f"u{i}"))
+        return ctx
+
+    assert texts(fill(ChatContext(compactor=WindowCompactor(size=2)))) == ["s", "u2", "u3"]
+    plain = ChatContext(compactor=WindowCompactor(size=2, pin_predicate=pin_nothing))
+    assert texts(fill(plain)) == ["u2", "u3"]
+    first = ChatContext(
+        compactor=WindowCompactor(size=1, pin_predicate=pin_system_and_initial_user)
+    )
+    assert texts(fill(first)) == ["s", "u0", "u3"]
+    with pytest.raises(ValueError, match="either compactor or window_size"):
+        ChatContext(compactor=WindowCompactor(size=1), window_size=1)

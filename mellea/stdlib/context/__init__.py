@@ -6,7 +6,8 @@ Both contexts are immutable linked lists (see :class:`mellea.core.base.Context`)
   keeps only the newest few spans (enough for ``last_turn()`` and
   ``last_output()``), so a long-lived session does not grow with every request.
 - :class:`ChatContext`: a conversation; the model sees the history, or its newest
-  ``window_size`` spans (older ones are dropped when they fall out of the window).
+  ``window_size`` spans (older ones are dropped when they fall out of the window;
+  see :mod:`.compactor`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ from typing import Any
 
 from mellea.core.base import CBlock, Component, Context, ContextTurn, Span, span_text
 from mellea.stdlib.components.chat import Message
+from mellea.stdlib.context.compactor import (
+    InlineCompactor,
+    PinPredicate,
+    WindowCompactor,
+    pin_nothing,
+    pin_system,
+    pin_system_and_initial_user,
+)
 
 SIMPLE_CONTEXT_KEEP = 3  # last_output() looks at the newest 3 spans by default
 
@@ -47,8 +56,9 @@ class SimpleContext(Context):
 class ChatContext(Context):
     """A conversation: the model sees the earlier turns.
 
-    ``window_size`` keeps only the newest that many spans (a leading system message
-    is kept as well). ``token_context_length_limit``, or the ``context_length`` of
+    ``window_size=N`` keeps the leading system messages and the newest ``N`` spans
+    after them (upstream's ``WindowCompactor(size=N)``); ``compactor=`` takes such a
+    compactor directly. ``token_context_length_limit``, or the ``context_length`` of
     ``model_id`` when it is a :class:`~mellea.backends.model_ids.ModelIdentifier`,
     caps what the model is shown at about four characters a token, dropping the
     oldest spans first.
@@ -57,17 +67,19 @@ class ChatContext(Context):
     def __init__(
         self,
         *,
+        compactor: Any = None,
         window_size: int | None = None,
         token_context_length_limit: int | None = None,
         model_id: Any = None,
-        compactor: Any = None,
     ) -> None:
-        if compactor is not None:
-            raise ValueError("ChatContext compactors are not provided here; use window_size")
-        if window_size is not None and window_size < 1:
-            raise ValueError("window_size must be at least 1")
+        if compactor is not None and window_size is not None:
+            raise ValueError("pass either compactor or window_size, not both")
+        if compactor is not None and not isinstance(compactor, InlineCompactor):
+            raise TypeError("ChatContext takes an InlineCompactor, such as WindowCompactor")
         super().__init__()
-        self.window_size = window_size
+        if window_size is not None:
+            compactor = WindowCompactor(size=window_size)
+        self._compactor = compactor
         self._token_context_length_limit = token_context_length_limit
         self._model_id = model_id
 
@@ -76,39 +88,38 @@ class ChatContext(Context):
         """The model this context sizes its view for, if any."""
         return self._model_id
 
-    def _settings(self) -> dict[str, Any]:
-        return {
-            "window_size": self.window_size,
-            "token_context_length_limit": self._token_context_length_limit,
-            "model_id": self._model_id,
-        }
+    @property
+    def window_size(self) -> int | None:
+        """The window a ``window_size`` (or ``WindowCompactor``) keeps, if any."""
+        return getattr(self._compactor, "size", None)
+
+    def _copy_settings(self, other: ChatContext) -> None:
+        self._compactor = other._compactor
+        self._token_context_length_limit = other._token_context_length_limit
+        self._model_id = other._model_id
 
     def new_instance(self) -> ChatContext:
         """An empty chat context with the same settings."""
-        return ChatContext(**self._settings())
+        root = ChatContext()
+        root._copy_settings(self)
+        return root
 
     @classmethod
     def from_previous(cls, previous: Context, data: Span) -> ChatContext:
-        """A node after ``previous``, keeping its window and budget settings."""
+        """A node after ``previous``, keeping its compactor and budget settings."""
         node = super().from_previous(previous, data)
         if isinstance(previous, ChatContext):
-            node.window_size = previous.window_size
-            node._token_context_length_limit = previous._token_context_length_limit
-            node._model_id = previous._model_id
+            node._copy_settings(previous)
         return node
 
+    def rebuilt(self, items: list[Span]) -> ChatContext:
+        """A context with these settings holding exactly ``items`` (no compaction)."""
+        return _chain(self.new_instance(), items)  # type: ignore[return-value]
+
     def add(self, c: Span) -> ChatContext:
-        """A new chat context with ``c`` appended (and the window applied)."""
+        """A new chat context with ``c`` appended, then compacted."""
         node = ChatContext.from_previous(self, c)
-        if self.window_size is None:
-            return node
-        items = node.as_list(self.window_size + 1)
-        if len(items) <= self.window_size:
-            return node
-        history = node.as_list()
-        pinned = [history[0]] if _is_system(history[0]) else []
-        body = history[len(pinned) :][-self.window_size :]
-        return _chain(self.new_instance(), pinned + body)  # type: ignore[return-value]
+        return self._compactor.compact(node) if self._compactor is not None else node
 
     def view_for_generation(self) -> list[Span]:
         """The history, trimmed to the token budget when there is one."""
@@ -129,16 +140,18 @@ class ChatContext(Context):
         return kept
 
 
-def _is_system(item: Any) -> bool:
-    return isinstance(item, Message) and item.role == "system"
-
-
 __all__ = [
     "CBlock",
     "ChatContext",
     "Component",
     "Context",
     "ContextTurn",
+    "InlineCompactor",
     "Message",
+    "PinPredicate",
     "SimpleContext",
+    "WindowCompactor",
+    "pin_nothing",
+    "pin_system",
+    "pin_system_and_initial_user",
 ]
