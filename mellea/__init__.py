@@ -39,6 +39,10 @@ def __getattr__(name: str) -> Any:
         from mellea.backends.base import Backend
 
         return Backend
+    if name == "mfuncs":
+        import mellea.stdlib.functional
+
+        return mellea.stdlib.functional
     if name == "serve":
         import mellea.serve
 

@@ -245,17 +245,19 @@ class MelleaSession:
         model_options: dict[str, Any] | None = None,
         user_variables: dict[str, str] | None = None,
         tool_calls: bool = False,
+        documents: list[Any] | None = None,
     ) -> Message:
-        """Async :meth:`chat`."""
+        """Async :meth:`chat`; ``documents`` (texts or ``Document`` s) follow the content."""
         if user_variables:
             content = substitute(content, user_variables)
         options = ModelOption.merge_model_options(self.model_options, model_options)
-        messages = self._messages_for(content, options, role=role)
+        message = Message(role, content, documents=documents)  # type: ignore[arg-type]
+        messages = self._messages_for(message.text, options, role=role)
         thunk = await self.backend.generate(
             messages, model_options=options, format=format, tool_calls=tool_calls
         )
         reply = await thunk.avalue()
-        self.ctx = self.ctx.add(Message(role, content)).add(thunk)
+        self.ctx = self.ctx.add(message).add(thunk)
         return Message("assistant", reply, thunk)
 
     # -- validate --------------------------------------------------------------

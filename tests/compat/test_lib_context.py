@@ -180,3 +180,13 @@ def test_window_compactor_and_pin_predicates():
     assert texts(fill(first)) == ["s", "u0", "u3"]
     with pytest.raises(ValueError, match="either compactor or window_size"):
         ChatContext(compactor=WindowCompactor(size=1), window_size=1)
+
+
+def test_chat_documents_are_shown_to_the_model():
+    from mellea.stdlib.components import Document
+
+    m = MelleaSession(ScriptedBackend(["ok"]), ctx=ChatContext())
+    m.chat("Summarize.", documents=["Rome is old.", Document("Oslo is cold.", "Oslo", "7")])
+    sent = m.backend.calls[0]["messages"][-1]["content"]
+    assert sent == "Summarize.\n\n[Document] Rome is old.\n\n[Document 7] Oslo: Oslo is cold."
+    assert m.ctx.as_list()[0].content == "Summarize."

@@ -107,3 +107,30 @@ def test_tool_requirements_read_the_calls_in_the_last_output():
     city_ok = tool_arg_validator("city set", None, "city", bool)
     assert city_ok.validation_fn(ctx).as_bool()
     assert not uses_tool("x").validation_fn(SimpleContext().add(ModelOutputThunk("t")))
+
+
+def test_functional_api_and_call_tools():
+    import mellea.stdlib.functional as mfuncs
+    from mellea.core import ModelOutputThunk, ModelToolCall
+    from mellea.stdlib.components import ToolMessage
+    from mellea.stdlib.context import ChatContext
+    from tests.compat.lib_scripted import ScriptedBackend
+
+    backend = ScriptedBackend(["fine"])
+    result, ctx = mfuncs.instruct("How are you?", ChatContext(), backend)
+    assert result.value == "fine " and ctx.last_output() is result
+    reply, ctx = mfuncs.chat("And now?", ctx, backend)
+    assert reply.content == "fine " and len(ctx.as_list()) == 4
+
+    def boom() -> str:
+        raise RuntimeError("no network")
+
+    calls = [
+        ModelToolCall("get_weather", get_weather.run, {"city": "Oslo"}),
+        ModelToolCall("boom", boom),
+    ]
+    messages = mfuncs.call_tools(ModelOutputThunk("", tool_calls=calls), backend)
+    assert all(isinstance(m, ToolMessage) and m.role == "tool" for m in messages)
+    assert messages[0].content == "sunny in Oslo for 1 days" and messages[0].name == "get_weather"
+    assert isinstance(messages[1].tool_output, RuntimeError) and messages[1].content == "no network"
+    assert ctx.add(messages[0]).as_list()[-1].tool_call_id == calls[0].id
