@@ -1,5 +1,6 @@
 """mellea: write generative programs, and serve them as an OpenAI-compatible API.
 
+The names match upstream mellea's, so programs written for it run here.
 ``import mellea`` stays light: torch and transformers load only when a local
 model is first used.
 """
@@ -8,40 +9,71 @@ from __future__ import annotations
 
 from typing import Any
 
-from mellea.core import ModelOutputThunk, Requirement, SamplingResult
-from mellea.stdlib.context import ChatContext, Context, SimpleContext
-from mellea.stdlib.session import MelleaSession
+from mellea.backends import model_ids
+from mellea.backends.model_options import ModelOption
+from mellea.core import (
+    CBlock,
+    Component,
+    Context,
+    MelleaLogger,
+    ModelOutputThunk,
+    Requirement,
+    SamplingResult,
+    TemplateRepresentation,
+    ValidationResult,
+)
+from mellea.stdlib.components import Instruction, Message, SimpleComponent
+from mellea.stdlib.components.genstub import generative
+from mellea.stdlib.context import ChatContext, SimpleContext
+from mellea.stdlib.requirements import check, req, simple_validate
+from mellea.stdlib.sampling import RejectionSamplingStrategy
+from mellea.stdlib.session import MelleaSession, start_session
+from mellea.stdlib.start_backend import start_backend
 
 __version__ = "0.1.0"
 
 
-def start_session(
-    backend_name: str = "local",
-    model_id: Any = None,
-    ctx: Context | None = None,
-    *,
-    model_options: dict[str, Any] | None = None,
-    **backend_kwargs: Any,
-) -> MelleaSession:
-    """Start a session on a backend: ``local`` (default; also ``hf``), ``openai`` or ``ollama``.
+def __getattr__(name: str) -> Any:
+    # Upstream's top-level names that live in higher layers load on first use.
+    if name == "Backend":
+        from mellea.backends.base import Backend
 
-    With no arguments the session runs the bundled SmolLM2-135M-Instruct on the
-    local engine, offline. The local model is loaded once per process and shared by
-    every session that names it.
-    """
-    from mellea.backends.registry import create_backend
+        return Backend
+    if name == "mfuncs":
+        import mellea.stdlib.functional
 
-    backend = create_backend(backend_name, model_id, model_options=model_options, **backend_kwargs)
-    return MelleaSession(backend, ctx=ctx, model_options=model_options)
+        return mellea.stdlib.functional
+    if name == "serve":
+        import mellea.serve
+
+        return mellea.serve
+    raise AttributeError(f"module 'mellea' has no attribute {name!r}")
 
 
 __all__ = [
+    "CBlock",
     "ChatContext",
+    "Component",
+    "Context",
+    "Instruction",
+    "MelleaLogger",
     "MelleaSession",
+    "Message",
+    "ModelOption",
     "ModelOutputThunk",
+    "RejectionSamplingStrategy",
     "Requirement",
     "SamplingResult",
+    "SimpleComponent",
     "SimpleContext",
+    "TemplateRepresentation",
+    "ValidationResult",
     "__version__",
+    "check",
+    "generative",
+    "model_ids",
+    "req",
+    "simple_validate",
+    "start_backend",
     "start_session",
 ]

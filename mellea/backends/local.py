@@ -97,21 +97,25 @@ class LocalBackend(Backend):
     """Generate with a local model on this machine's CPU or GPU.
 
     ``model_id`` is ``None`` for the bundled SmolLM2-135M-Instruct, a local model
-    directory, a ``.gguf`` file, or a Hugging Face hub id. ``tool_call_parser`` names
+    directory, a ``.gguf`` file, a Hugging Face hub id, or a
+    :class:`~mellea.backends.model_ids.ModelIdentifier` (its ``hf_model_name``). ``tool_call_parser`` names
     the format the model writes tool calls in, read for ``generate(tool_calls=True)``
     (default: ``m serve --tool-call-parser``'s, else hermes).
     """
 
     def __init__(
         self,
-        model_id: str | None = None,
+        model_id: Any = None,
         *,
         model_options: dict[str, Any] | None = None,
         engine: LocalEngine | None = None,
         tool_call_parser: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
+        from mellea.backends.model_ids import backend_model_name
+
         super().__init__(model_options)
+        model_id = backend_model_name(model_id, "local")  # a ModelIdentifier -> its HF name
         self.tool_call_parser = tool_call_parser
         self.engine = engine if engine is not None else shared_engine(model_id, **engine_kwargs)
         self.model_id = model_id or self.engine.model_id

@@ -46,20 +46,40 @@ class OpenAIBackend(Backend):
 
     def __init__(
         self,
-        model_id: str | None = None,
-        *,
-        model_options: dict[str, Any] | None = None,
+        model_id: Any = None,
+        formatter: Any = None,
         base_url: str | None = None,
+        model_options: dict[str, Any] | None = None,
+        *,
         api_key: str | None = None,
+        default_extra_body: dict[str, Any] | None = None,
         default_headers: dict[str, str] | None = None,
         timeout: float | None = None,
+        default_to_constraint_checking_alora: bool = True,
+        load_embedded_adapters: bool = False,
+        adapter_source: str | None = None,
         **client_kwargs: Any,
     ) -> None:
+        """Connect to ``base_url`` (default ``$OPENAI_BASE_URL``) as upstream's backend does.
+
+        ``model_id`` is a name or a :class:`~mellea.backends.model_ids.ModelIdentifier`
+        (its ``openai_name``, else its ``hf_model_name``); default ``$OPENAI_MODEL``.
+        ``formatter`` is kept for upstream compatibility (messages are sent as chat
+        turns, so no prompt template is applied). ``default_extra_body`` goes into
+        every request's body. The adapter arguments are accepted and have no effect:
+        this backend has no LoRA adapters. Other keywords go to ``openai.AsyncOpenAI``.
+        """
         from openai import AsyncOpenAI
 
+        from mellea.backends.model_ids import backend_model_name
+
+        del default_to_constraint_checking_alora, load_embedded_adapters, adapter_source
         super().__init__(model_options)
-        self.model_id = model_id or os.environ.get("OPENAI_MODEL", "default")
+        name = backend_model_name(model_id, "openai")
+        self.model_id = name or os.environ.get("OPENAI_MODEL", "default")
+        self.formatter = formatter
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        self.default_extra_body = dict(default_extra_body or {})
         self._client_args: dict[str, Any] = {
             "base_url": self.base_url,
             "api_key": api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
@@ -95,6 +115,8 @@ class OpenAIBackend(Backend):
 
         options = ModelOption.merge_model_options(self.model_options, model_options)
         body = request_body(options, format)
+        if self.default_extra_body:
+            body["extra_body"] = {**self.default_extra_body, **body.get("extra_body", {})}
         try:
             stream = await self._client().chat.completions.create(
                 model=self.model_id, messages=wire_messages(messages), stream=True, **body

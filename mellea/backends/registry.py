@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mellea.backends.base import Backend
+from mellea.backends.model_ids import backend_model_name
 
 LOCAL_NAMES = ("local", "hf", "huggingface")
 OPENAI_NAMES = ("openai",)
@@ -19,29 +20,27 @@ def create_backend(
     model_options: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> Backend:
-    """Build the backend called ``name``; an unknown name lists the known ones."""
+    """Build the backend called ``name``; an unknown name lists the known ones.
+
+    ``model_id`` is a name or a :class:`~mellea.backends.model_ids.ModelIdentifier`;
+    each backend takes the name it needs from an identifier.
+    """
     key = (name or "local").lower()
-    model = _model_name(model_id)
     if key in LOCAL_NAMES:
         from mellea.backends.local import LocalBackend
 
-        return LocalBackend(model, model_options=model_options, **kwargs)
-    if key in OPENAI_NAMES + OLLAMA_NAMES:
+        return LocalBackend(model_id, model_options=model_options, **kwargs)
+    if key in OLLAMA_NAMES:
+        from mellea.backends.ollama import OllamaModelBackend
+
+        if model_id is None:
+            return OllamaModelBackend(model_options=model_options, **kwargs)
+        return OllamaModelBackend(model_id, model_options=model_options, **kwargs)
+    if key in OPENAI_NAMES:
         from mellea.backends.openai import OpenAIBackend
 
-        if key in OLLAMA_NAMES:
-            kwargs.setdefault("base_url", "http://localhost:11434/v1")
-            kwargs.setdefault("api_key", "ollama")
-        return OpenAIBackend(model, model_options=model_options, **kwargs)
+        return OpenAIBackend(model_id, model_options=model_options, **kwargs)
     raise ValueError(f"unknown backend {name!r}; known backends: {', '.join(KNOWN_BACKENDS)}")
 
 
-def _model_name(model_id: Any) -> str | None:
-    """Accept a plain string or an upstream-style model identifier object."""
-    if model_id is None or isinstance(model_id, str):
-        return model_id
-    for attr in ("hf_model_name", "openai_name", "ollama_name", "name"):
-        value = getattr(model_id, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    return str(model_id)
+__all__ = ["KNOWN_BACKENDS", "backend_model_name", "create_backend"]

@@ -28,7 +28,13 @@ def tool_parser_name(explicit: str | None = None) -> str:
 def tool_functions(tools: Any) -> dict[str, Callable[..., Any]]:
     """The Python functions among a ``ModelOption.TOOLS`` value, by tool name."""
     items = tools.values() if isinstance(tools, dict) else tools or []
-    return {tool.__name__: tool for tool in items if inspect.isfunction(tool)}
+    functions: dict[str, Callable[..., Any]] = {}
+    for tool in items:
+        if inspect.isfunction(tool):
+            functions[tool.__name__] = tool
+        elif callable(getattr(tool, "run", None)) and isinstance(getattr(tool, "name", None), str):
+            functions[tool.name] = tool.run  # a MelleaTool
+    return functions
 
 
 async def lift_tool_calls(

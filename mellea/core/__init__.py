@@ -1,9 +1,22 @@
-"""Core types a program works with: thunks, requirements, sampling results, tool calls, media."""
+"""Core types a program works with: thunks, requirements, sampling results, tool calls,
+image and audio blocks, and upstream's content blocks, components and contexts."""
 
+from mellea.core.base import (
+    AbstractMelleaTool,
+    BaseModelSubclass,
+    CBlock,
+    Component,
+    ComponentParseError,
+    Context,
+    ContextTurn,
+    GenerateLog,
+    Span,
+    TemplateRepresentation,
+    blockify,
+)
 from mellea.core.content import (
     AudioBlock,
     AudioUrlBlock,
-    CBlock,
     ImageBlock,
     ImageUrlBlock,
     make_image_block,
@@ -14,22 +27,49 @@ from mellea.core.requirement import Requirement, ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ComputedModelOutputThunk, GenerationChunk, ModelOutputThunk
 from mellea.core.tool_call import ModelToolCall
+from mellea.core.utils import MelleaLogger
+
+
+def __getattr__(name: str) -> object:
+    # Upstream exports these from mellea.core; they live in higher layers here, so
+    # they load on first use (keeps the import graph pointing down).
+    if name == "Backend":
+        from mellea.backends.base import Backend
+
+        return Backend
+    if name == "SamplingStrategy":
+        from mellea.stdlib.sampling import SamplingStrategy
+
+        return SamplingStrategy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
+    "AbstractMelleaTool",
     "AudioBlock",
     "AudioUrlBlock",
+    "BaseModelSubclass",
     "CBlock",
+    "Component",
+    "ComponentParseError",
     "ComputedModelOutputThunk",
+    "Context",
     "ContextLengthExceededError",
+    "ContextTurn",
+    "GenerateLog",
     "GenerationChunk",
     "ImageBlock",
     "ImageUrlBlock",
+    "MelleaLogger",
     "ModelOutputThunk",
     "ModelToolCall",
     "RequestError",
     "Requirement",
     "SamplingResult",
+    "Span",
+    "TemplateRepresentation",
     "TokenLogprob",
     "ValidationResult",
+    "blockify",
     "make_image_block",
 ]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mellea.core.logprobs import TokenLogprob
-from mellea.core.tool_call import ModelToolCall
+from mellea.core.tool_call import ModelToolCall, ToolCalls
 
 
 @dataclass
@@ -39,7 +39,7 @@ class ModelOutputThunk:
         value: str | None = None,
         meta: dict[str, Any] | None = None,
         parsed_repr: Any = None,
-        tool_calls: dict[str, ModelToolCall] | None = None,
+        tool_calls: dict[str, ModelToolCall] | list[ModelToolCall] | None = None,
     ) -> None:
         self._parts: list[str] = [] if value is None else [value]
         self._value = value
@@ -49,12 +49,16 @@ class ModelOutputThunk:
         self._done_hooks: list[DoneHook] = []
         self.meta: dict[str, Any] = meta or {}
         self.parsed_repr: Any = parsed_repr if parsed_repr is not None else value
-        self.tool_calls: dict[str, ModelToolCall] | None = tool_calls
+        # A list as upstream's, also readable by tool name (see ToolCalls).
+        self.tool_calls: ToolCalls | None = ToolCalls(tool_calls) if tool_calls else None
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = "stop" if self._computed else None
         # Per-token log-probabilities, when the request asked for them and the backend
         # can report them; grows as the generation streams in.
         self.logprobs: list[TokenLogprob] | None = None
+        # Upstream's reasoning trace; reasoning is split off by the server here, so the
+        # library leaves it None.
+        self.thinking: str | None = None
 
     @classmethod
     def from_stream(
@@ -143,12 +147,7 @@ class ModelOutputThunk:
                 self.logprobs = []
             self.logprobs.extend(chunk.logprobs)
         if chunk.tool_calls:
-            # Keyed by tool name, as upstream does; a second call of the same tool is
-            # keyed by its id so that it is not lost.
-            calls = self.tool_calls or {}
-            for call in chunk.tool_calls:
-                calls[call.id if call.name in calls else call.name] = call
-            self.tool_calls = calls
+            self.tool_calls = ToolCalls([*(self.tool_calls or []), *chunk.tool_calls])
 
     async def _finish(self) -> None:
         self._source = None
@@ -160,6 +159,28 @@ class ModelOutputThunk:
             result = hook(self)
             if inspect.isawaitable(result):
                 await result
+
+    def __aiter__(self) -> ModelOutputThunk:
+        """``async for delta in thunk``: the text as it arrives (one consumer only)."""
+        return self
+
+    async def __anext__(self) -> str:
+        while True:
+            delta = await self.astream()
+            if delta:
+                return delta
+            if self._computed:
+                raise StopAsyncIteration
+
+    async def __aenter__(self) -> ModelOutputThunk:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __class_getitem__(cls, item: Any) -> type[ModelOutputThunk]:
+        # Upstream's thunk is generic (``ModelOutputThunk[str]``); accept the annotation.
+        return cls
 
     def __str__(self) -> str:
         return self._value if self._computed and self._value is not None else ""

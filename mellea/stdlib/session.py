@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, Literal
 
 from mellea.backends.base import Backend
 from mellea.backends.model_options import ModelOption
+from mellea.core.base import CBlock, Component, Span
 from mellea.core.content import user_content
 from mellea.core.requirement import Requirement, ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
+from mellea.formatters import chat_dicts
 from mellea.stdlib._sync import run_sync
-from mellea.stdlib.context import Context, Message, SimpleContext
+from mellea.stdlib.components.chat import Message
+from mellea.stdlib.components.instruction import Instruction, render_instruction, substitute
+from mellea.stdlib.context import Context, SimpleContext
 from mellea.stdlib.requirements import as_requirement
-from mellea.stdlib.sampling import RejectionSamplingStrategy, SamplingStrategy
+from mellea.stdlib.sampling.base import (
+    Generate,
+    RejectionSamplingStrategy,
+    Retry,
+    SamplingStrategy,
+)
 
 
 class _Default:
@@ -28,6 +38,39 @@ RETRY_TEMPERATURE = 0.7
 JUDGE_OPTIONS = {ModelOption.TEMPERATURE: 0.0, ModelOption.MAX_NEW_TOKENS: 8}
 
 
+def start_session(
+    backend_name: str = "local",
+    model_id: Any = None,
+    ctx: Context | None = None,
+    *,
+    context_type: Literal["simple", "chat"] | None = None,
+    model_options: dict[str, Any] | None = None,
+    plugins: list[Any] | None = None,
+    **backend_kwargs: Any,
+) -> MelleaSession:
+    """Start a session on a backend: ``local`` (default; also ``hf``), ``openai`` or ``ollama``.
+
+    With no arguments the session runs the bundled SmolLM2-135M-Instruct on the
+    local engine, offline. The local model is loaded once per process and shared by
+    every session that names it. ``model_id`` is a name or a
+    :class:`~mellea.backends.model_ids.ModelIdentifier`. ``context_type`` (``"simple"``
+    or ``"chat"``) is shorthand for ``ctx``.
+    """
+    from mellea.stdlib.start_backend import start_backend
+
+    if plugins:
+        raise ValueError("session plugins are not provided by this mellea")
+    ctx, backend = start_backend(
+        backend_name,
+        model_id,
+        ctx,
+        context_type=context_type,
+        model_options=model_options,
+        **backend_kwargs,
+    )
+    return MelleaSession(backend, ctx=ctx, model_options=model_options)
+
+
 class MelleaSession:
     """A backend plus a context. Sync methods wrap their ``a``-prefixed async twins."""
 
@@ -36,7 +79,10 @@ class MelleaSession:
         backend: Backend,
         ctx: Context | None = None,
         model_options: dict[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
     ) -> None:
+        self.id = session_id or str(uuid.uuid4())
         self.backend = backend
         self.ctx: Context = ctx if ctx is not None else SimpleContext()
         self.model_options: dict[str, Any] = dict(model_options or {})
@@ -48,8 +94,17 @@ class MelleaSession:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the conversation: an empty context of the same kind."""
-        self.ctx = type(self.ctx)()
+        """Forget the conversation: an empty context of the same kind and settings."""
+        self.ctx = self.ctx.new_instance()
+
+    def cleanup(self, **kwargs: Any) -> None:
+        """Forget the conversation (upstream also releases backend resources)."""
+        del kwargs
+        self.reset()
+
+    def clone(self) -> MelleaSession:
+        """A session on the same backend whose context starts where this one is."""
+        return MelleaSession(self.backend, self.ctx, self.model_options)
 
     # -- instruct --------------------------------------------------------------
 
@@ -73,56 +128,110 @@ class MelleaSession:
         prefix: str | None = None,
         output_prefix: str | None = None,
         images: list[Any] | None = None,
-        audio: list[Any] | None = None,
         tool_calls: bool = False,
-        await_result: bool = True,
+        await_result: bool = False,
+        audio: list[Any] | None = None,
     ) -> ModelOutputThunk | SamplingResult:
         """Ask the model to follow ``description``, checking ``requirements``.
 
-        The default strategy is rejection sampling with two attempts. With
-        ``strategy=None`` (or no requirements) a single generation is made, and
-        ``await_result=False`` then returns its thunk uncomputed so the caller can
-        stream it. ``return_sampling_results=True`` returns the :class:`SamplingResult`.
+        As upstream: the default strategy is rejection sampling with two attempts,
+        and its result is computed. With ``strategy=None`` a single generation is
+        made (requirements are shown to the model, not checked), and it comes back
+        uncomputed, for the caller to stream, unless ``await_result=True``.
+        ``return_sampling_results=True`` returns the :class:`SamplingResult`.
         ``images`` (image blocks, PIL images, URLs) and ``audio`` (audio blocks) go with
         the instruction as content parts; a backend whose model reads text only refuses them.
         """
-        del output_prefix  # accepted for upstream compatibility
         reqs = [as_requirement(r) for r in requirements or []]
-        text = render_instruction(
-            description, reqs, user_variables, grounding_context, icl_examples, prefix
+        action = Instruction(
+            description,
+            reqs,
+            icl_examples,
+            grounding_context,
+            user_variables,
+            prefix,
+            output_prefix,
+            images=images,
+            audio=audio,
         )
+        text = action.text
         options = ModelOption.merge_model_options(self.model_options, model_options)
         if strategy is DEFAULT:
             strategy = RejectionSamplingStrategy(loop_budget=2)
         messages = self._messages_for(user_content(text, images, audio), options)
 
-        async def generate(attempt: int) -> ModelOutputThunk:
-            return await self.backend.generate(
-                messages,
-                model_options=_reseeded(options, attempt),
-                format=format,
-                tool_calls=tool_calls,
-            )
+        generate = self._generator(messages, options, format, tool_calls)
+        return await self._sample(
+            action, generate, reqs, strategy, return_sampling_results, await_result
+        )
 
+    async def _sample(
+        self,
+        action: Span,
+        generate: Generate,
+        reqs: list[Requirement],
+        strategy: SamplingStrategy | None,
+        return_sampling_results: bool,
+        await_result: bool,
+    ) -> ModelOutputThunk | SamplingResult:
+        """Run ``generate`` under ``strategy``, record the turn and shape the result."""
         if strategy is None or not reqs:
             thunk = await generate(0)
-            self._record(text, thunk)
-            if await_result:
+            self._record(action, thunk)
+            if await_result or strategy is not None or return_sampling_results:
                 await thunk.avalue()
+                _parse_into(action, thunk)
             if return_sampling_results:
-                await thunk.avalue()
                 return SamplingResult(0, True, [thunk], [[]])
             return thunk
 
         async def validate(
             thunk: ModelOutputThunk, to_check: list[Requirement]
         ) -> list[tuple[Requirement, ValidationResult]]:
-            ctx = self.ctx.add(Message("user", text)).add(Message("assistant", thunk=thunk))
+            ctx = self.ctx.add(action).add(thunk)
             return [(r, await self._validate_one(r, ctx)) for r in to_check]
 
         result = await strategy.asample(generate, validate, reqs)
-        self._record(text, result.result)
+        _parse_into(action, result.result)
+        self._record(action, result.result)
         return result if return_sampling_results else result.result
+
+    # -- act -------------------------------------------------------------------
+
+    def act(self, action: Component | CBlock, **kwargs: Any) -> ModelOutputThunk | SamplingResult:
+        """Run any component (or text block) to completion; see :meth:`aact`."""
+        kwargs["await_result"] = True
+        return run_sync(self.aact(action, **kwargs))
+
+    async def aact(
+        self,
+        action: Component | CBlock,
+        *,
+        requirements: list[Requirement | str] | None = None,
+        strategy: SamplingStrategy | None = None,
+        return_sampling_results: bool = False,
+        format: type | None = None,
+        model_options: dict[str, Any] | None = None,
+        tool_calls: bool = False,
+        await_result: bool = False,
+    ) -> ModelOutputThunk | SamplingResult:
+        """Send ``action`` as one user turn; the thunk's ``parsed_repr`` is ``action.parse()``'s.
+
+        Without a strategy, ``requirements`` cannot be checked and are refused, as
+        upstream does; the thunk comes back uncomputed unless ``await_result=True``.
+        """
+        if strategy is None and requirements:
+            raise ValueError("requirements passed to act need a strategy to check them")
+        if return_sampling_results and strategy is None:
+            raise ValueError("return_sampling_results=True needs a strategy")
+        reqs = [as_requirement(r) for r in requirements or []]
+        options = ModelOption.merge_model_options(self.model_options, model_options)
+        messages = self._messages_for(self._render(action), options)
+
+        generate = self._generator(messages, options, format, tool_calls)
+        return await self._sample(
+            action, generate, reqs, strategy, return_sampling_results, await_result
+        )
 
     # -- chat ------------------------------------------------------------------
 
@@ -138,20 +247,23 @@ class MelleaSession:
         format: type | None = None,
         model_options: dict[str, Any] | None = None,
         user_variables: dict[str, str] | None = None,
+        tool_calls: bool = False,
+        documents: list[Any] | None = None,
         images: list[Any] | None = None,
         audio: list[Any] | None = None,
-        tool_calls: bool = False,
     ) -> Message:
-        """Async :meth:`chat`; ``images`` and ``audio`` as for :meth:`ainstruct`."""
+        """Async :meth:`chat`; ``documents`` (texts or ``Document`` s) follow the content,
+        ``images`` and ``audio`` go with it as for :meth:`ainstruct`."""
         if user_variables:
-            content = _substitute(content, user_variables)
+            content = substitute(content, user_variables)
         options = ModelOption.merge_model_options(self.model_options, model_options)
-        messages = self._messages_for(user_content(content, images, audio), options, role=role)
+        message = Message(role, content, documents=documents)  # type: ignore[arg-type]
+        messages = self._messages_for(user_content(message.text, images, audio), options, role=role)
         thunk = await self.backend.generate(
             messages, model_options=options, format=format, tool_calls=tool_calls
         )
         reply = await thunk.avalue()
-        self.ctx = self.ctx.add(Message(role, content)).add(Message("assistant", thunk=thunk))
+        self.ctx = self.ctx.add(message).add(thunk)
         return Message("assistant", reply, thunk)
 
     # -- validate --------------------------------------------------------------
@@ -175,8 +287,10 @@ class MelleaSession:
         items = reqs if isinstance(reqs, list) else [reqs]
         ctx = self.ctx
         if output is not None:
+            if isinstance(output, CBlock):
+                output = output.value or ""
             thunk = output if isinstance(output, ModelOutputThunk) else ModelOutputThunk(output)
-            ctx = ctx.add(Message("assistant", thunk=thunk))
+            ctx = ctx.add(thunk)
         return [await self._validate_one(as_requirement(r), ctx) for r in items]
 
     async def _validate_one(self, requirement: Requirement, ctx: Context) -> ValidationResult:
@@ -208,40 +322,47 @@ class MelleaSession:
         system = options.get(ModelOption.SYSTEM_PROMPT)
         if system:
             messages.append({"role": "system", "content": system})
-        messages.extend(m.as_dict() for m in self.ctx.view_for_generation())
+        messages.extend(chat_dicts(self.ctx.view_for_generation() or []))
         messages.append({"role": role, "content": text})
         return messages
 
-    def _record(self, text: str, thunk: ModelOutputThunk) -> None:
-        self.ctx = self.ctx.add(Message("user", text)).add(Message("assistant", thunk=thunk))
+    def _generator(
+        self,
+        messages: list[dict[str, Any]],
+        options: dict[str, Any],
+        format: type | None,
+        tool_calls: bool,
+    ) -> Generate:
+        """``generate(attempt, retry)`` for a sampling strategy: one backend call."""
+
+        async def generate(attempt: int, retry: Retry | None = None) -> ModelOutputThunk:
+            return await self.backend.generate(
+                retry.apply(messages) if retry is not None else messages,
+                model_options=_reseeded(options, attempt),
+                format=format,
+                tool_calls=tool_calls,
+            )
+
+        return generate
+
+    def _render(self, action: Component | CBlock) -> str:
+        """The user message text an action becomes."""
+        from mellea.core.base import span_text
+
+        return span_text(action)
+
+    def _record(self, action: Span, thunk: ModelOutputThunk) -> None:
+        self.ctx = self.ctx.add(action).add(thunk)
 
 
-def render_instruction(
-    description: str,
-    requirements: list[Requirement],
-    user_variables: dict[str, str] | None = None,
-    grounding_context: dict[str, str] | None = None,
-    icl_examples: list[str] | None = None,
-    prefix: str | None = None,
-) -> str:
-    """The user message an instruction becomes."""
-    parts = [_substitute(description, user_variables or {})]
-    shown = [r.description for r in requirements if r.description and not r.check_only]
-    if shown:
-        parts.append("Requirements:\n" + "\n".join(f"- {d}" for d in shown))
-    if grounding_context:
-        parts.append("\n".join(f"[{k}]\n{v}" for k, v in grounding_context.items()))
-    if icl_examples:
-        parts.append("Examples:\n" + "\n".join(f"- {e}" for e in icl_examples))
-    if prefix:
-        parts.insert(0, prefix)
-    return "\n\n".join(parts)
+def _parse_into(action: Any, thunk: ModelOutputThunk) -> None:
+    """Set ``thunk.parsed_repr`` from the component's own parser, when it has one."""
+    parse = getattr(action, "parse", None)
+    if callable(parse) and not isinstance(action, Instruction | Message | CBlock):
+        thunk.parsed_repr = parse(thunk)
 
 
-def _substitute(text: str, variables: dict[str, str]) -> str:
-    for key, value in variables.items():
-        text = text.replace("{{" + key + "}}", str(value)).replace("{{ " + key + " }}", str(value))
-    return text
+__all__ = ["MelleaSession", "render_instruction", "start_session"]
 
 
 def _reseeded(options: dict[str, Any], attempt: int) -> dict[str, Any]:

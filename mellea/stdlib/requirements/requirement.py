@@ -47,3 +47,17 @@ def _last_output_text(ctx: Context) -> str:
 def as_requirement(item: Requirement | str) -> Requirement:
     """Accept a plain string wherever a requirement is expected."""
     return item if isinstance(item, Requirement) else Requirement(str(item))
+
+
+reqify = as_requirement  # upstream's name
+
+
+__all__ = [
+    "Requirement",
+    "ValidationResult",
+    "as_requirement",
+    "check",
+    "req",
+    "reqify",
+    "simple_validate",
+]
