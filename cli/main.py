@@ -166,13 +166,22 @@ def serve(
             help="Largest request body accepted; larger gets 413.",
         ),
     ] = 16 * 1024 * 1024,
+    body_timeout: Annotated[
+        float,
+        typer.Option(
+            envvar="M_SERVE_BODY_TIMEOUT",
+            min=0,
+            rich_help_panel=LIMITS,
+            help="Seconds a client has to send a whole request body; slower gets 408 (0: no limit).",
+        ),
+    ] = 30.0,
     max_concurrent_requests: Annotated[
         int | None,
         typer.Option(
             envvar="M_SERVE_MAX_CONCURRENT_REQUESTS",
             min=1,
             rich_help_panel=LIMITS,
-            help="Requests served at once; more wait in the queue \\[default: no limit].",
+            help="Generations served at once (a request asking for n choices of k prompts counts n x k); more wait in the queue \\[default: no limit].",
         ),
     ] = None,
     max_queued_requests: Annotated[
@@ -248,6 +257,7 @@ def serve(
         reload=reload,
         workers=workers,
         max_request_bytes=max_request_bytes,
+        body_timeout=body_timeout or None,
         keepalive_seconds=keepalive,
         api_keys=read_api_keys(api_key or [], api_key_file),
         cors_origins=list(cors_origin or []),

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
-from cli.serve.limits import BodySizeLimit
+from cli.serve.limits import BodyReader
 from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
 from cli.serve.program import Program
 from cli.serve.reload import watch_program
@@ -104,7 +104,8 @@ def create_app(
     app.state.metrics = metrics
     app.state.ready = False
     app.state.draining = False
-    # Added innermost first: requests pass RequestContext, CORS, auth, size, admission.
+    # Added innermost first: requests pass RequestContext, CORS, auth, the body reader
+    # (size and time limits), then admission, which so never waits on a slow upload.
     app.add_middleware(
         Admission,
         metrics=metrics,
@@ -112,7 +113,9 @@ def create_app(
         queue=settings.max_queued_requests,
         state=app.state,
     )
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        BodyReader, max_bytes=settings.max_request_bytes, timeout=settings.body_timeout
+    )
     if settings.api_keys:
         app.add_middleware(ApiKeyAuth, keys=settings.api_keys)
     if settings.cors_origins:

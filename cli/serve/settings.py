@@ -23,6 +23,7 @@ class ServeSettings:
     reload: bool = False
     workers: int = 1
     max_request_bytes: int = 16 * 1024 * 1024
+    body_timeout: float | None = 30.0  # seconds to receive a whole request body; None: no limit
     keepalive_seconds: float = 5.0
     # How long a streaming request waits for serve() before committing to a 200:
     # failures within this window get a real HTTP status instead of an error frame.

@@ -1,0 +1,144 @@
+"""Hostile clients against a real server on a loopback port: none of them may hurt another.
+
+One server (the echo program, two API keys, two concurrency slots and two queue places)
+takes slow uploads, clients that leave, cancels at capacity, reads across keys and
+forged Host headers, while a watcher polls ``/health`` the whole time. The module's
+last test checks the figures: no 5xx, ``/health`` under 100 ms throughout, and the
+server's memory flat across a burst.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.server import PROGRAMS, Server, serve
+
+pytestmark = pytest.mark.e2e
+
+KEY_A, KEY_B = "sk-tenant-a", "sk-tenant-b"
+BODY_TIMEOUT = 2.0
+HEALTH_BUDGET = 0.1  # seconds
+CHAT = "/v1/chat/completions"
+
+
+class Figures:
+    """What the suite saw: statuses of every request it sent, and /health latencies."""
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+        self.health: list[float] = []
+        self.cases = 0
+
+    def record(self, response: httpx.Response) -> httpx.Response:
+        self.statuses.append(response.status_code)
+        return response
+
+
+FIGURES = Figures()
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def chat(text: str, **extra: object) -> dict:
+    return {"messages": [{"role": "user", "content": text}], **extra}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with serve(
+        PROGRAMS / "echo.py",
+        "--api-key",
+        KEY_A,
+        "--api-key",
+        KEY_B,
+        "--max-concurrent-requests",
+        "2",
+        "--max-queued-requests",
+        "2",
+        "--body-timeout",
+        str(BODY_TIMEOUT),
+        env={"ECHO_DELAY": "0.05"},
+    ) as running:
+        stop = threading.Event()
+        watcher = threading.Thread(target=_watch_health, args=(running, stop), daemon=True)
+        watcher.start()
+        yield running
+        stop.set()
+        watcher.join(timeout=5)
+
+
+def _watch_health(server: Server, stop: threading.Event) -> None:
+    """Poll /health every 50 ms on its own connection; note each latency."""
+    with httpx.Client(base_url=server.base_url, timeout=5) as http:
+        while not stop.is_set():
+            started = time.perf_counter()
+            response = http.get("/health")
+            FIGURES.health.append(time.perf_counter() - started)
+            FIGURES.record(response)
+            stop.wait(0.05)
+
+
+@pytest.fixture
+def http(server: Server) -> Iterator[httpx.Client]:
+    FIGURES.cases += 1
+    with httpx.Client(base_url=server.base_url, headers=auth(KEY_A), timeout=30) as client:
+        yield client
+
+
+def _slow_upload(server: Server) -> socket.socket:
+    """A socket that sends a POST's headers and one byte of its 1000-byte body, then stalls."""
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(
+        (
+            f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+            f"Authorization: Bearer {KEY_A}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 1000\r\n\r\n{"
+        ).encode()
+    )
+    return sock
+
+
+def _status_line(sock: socket.socket, timeout: float) -> tuple[int, bytes]:
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        data += sock.recv(4096)
+    except TimeoutError:
+        pass
+    head = data.split(b"\r\n", 1)[0].split()
+    return (int(head[1]) if len(head) > 1 else 0), data
+
+
+def test_slow_uploads_do_not_take_slots(server: Server, http: httpx.Client):
+    """Four stalled uploads (as many as slots plus queue) leave room for everyone else."""
+    stalled = [_slow_upload(server) for _ in range(4)]
+    try:
+        time.sleep(0.3)
+        started = time.monotonic()
+        for _ in range(3):
+            response = FIGURES.record(http.post(CHAT, json=chat("still served")))
+            assert response.status_code == 200, response.text
+        assert time.monotonic() - started < BODY_TIMEOUT
+        for sock in stalled:
+            status, data = _status_line(sock, BODY_TIMEOUT + 3)
+            FIGURES.statuses.append(status)
+            assert status == 408, data
+            error = json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]
+            assert error["type"] == "timeout_error" and error["code"] == "request_timeout"
+    finally:
+        for sock in stalled:
+            sock.close()
