@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
+from cli.serve.disconnect import unless_disconnected as _unless_disconnected
 from cli.serve.limits import BodyReader
 from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
 from cli.serve.program import Program
@@ -323,34 +324,6 @@ async def _stop(running: list[asyncio.Future[ModelOutputThunk]], thunks: list[An
     for thunk in thunks:
         if not thunk.is_computed():
             await thunk.aclose()
-
-
-DISCONNECT_POLL_SECONDS = 0.25
-
-
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
-    """Await ``work`` for a non-streamed reply; ``None`` if the client left first.
-
-    Leaving cancels ``work``, which closes the generation, so nobody's reply keeps
-    the engine busy.
-    """
-    task = asyncio.ensure_future(work)
-
-    async def gone() -> None:
-        while not await request.is_disconnected():
-            await asyncio.sleep(DISCONNECT_POLL_SECONDS)
-
-    watcher = asyncio.ensure_future(gone())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    log.info("client left before its reply was ready; generation cancelled")
-    return None
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -10,9 +10,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from cli.serve.disconnect import unless_disconnected
 from cli.serve.observability import ServerMetrics, StreamTimer, record_usage
 from cli.serve.settings import ServeSettings
 from mellea.serve.completion import run_program
@@ -60,7 +61,7 @@ def add_responses_routes(
     model_name = settings.served_model_name
 
     @app.post("/v1/responses", response_model=None)
-    async def create_response(body: ResponsesRequest) -> Response:
+    async def create_response(body: ResponsesRequest, request: Request) -> Response:
         """Run the program on a Responses request; stream the events when asked to."""
         started = time.monotonic()
         deadline = started + settings.request_timeout if settings.request_timeout else None
@@ -87,8 +88,8 @@ def add_responses_routes(
 
         if not body.stream:
             whole = run(task, _UsageRecorder(metrics))
-            async for _ in whole.events():
-                pass
+            if not await unless_disconnected(request, _drain(whole)):
+                return Response(status_code=499)  # the client left; only the access log sees it
             if whole.failure is not None:
                 raise as_openai_error(whole.failure)
             return JSONResponse(whole.final)
@@ -195,6 +196,13 @@ def add_responses_routes(
                 )
         stored = store.get(response_id)
         return JSONResponse(stored.response if stored is not None else response)
+
+
+async def _drain(run: ResponseRun) -> bool:
+    """Run a non-streamed response to its end (cancelled, its run ends ``cancelled``)."""
+    async for _ in run.events():
+        pass
+    return True
 
 
 @dataclass

@@ -142,3 +142,89 @@ def test_slow_uploads_do_not_take_slots(server: Server, http: httpx.Client):
     finally:
         for sock in stalled:
             sock.close()
+
+
+LONG = " ".join(f"w{i}" for i in range(400))  # 20 s of echo at 50 ms a word
+
+
+def _in_flight(http: httpx.Client) -> float:
+    metrics = http.get("/metrics").text
+    line = next(x for x in metrics.splitlines() if x.startswith("m_serve_requests_in_flight "))
+    return float(line.split()[1])
+
+
+def _wait_idle(http: httpx.Client, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while _in_flight(http) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _in_flight(http) == 0
+
+
+def test_leaving_a_non_streamed_response_frees_its_slot(server: Server, http: httpx.Client):
+    """Two clients ask for long non-streamed responses and leave; the slots come back."""
+    for _ in range(2):
+        with pytest.raises(httpx.ReadTimeout):
+            http.post("/v1/responses", json={"input": LONG}, timeout=0.5)
+    started = time.monotonic()
+    response = FIGURES.record(http.post("/v1/responses", json={"input": "next please"}))
+    assert response.status_code == 200, response.text
+    assert response.json()["output"][0]["content"][0]["text"] == "next please"
+    assert time.monotonic() - started < 3.0  # not the 20 s the abandoned ones would take
+    _wait_idle(http)
+
+
+class OpenStream:
+    """A streamed response, left open after its ``response.created`` event."""
+
+    def __init__(self, server: Server, body: dict, key: str = KEY_A) -> None:
+        self.client = httpx.Client(base_url=server.base_url, headers=auth(key), timeout=30)
+        request = self.client.build_request("POST", "/v1/responses", json=body)
+        self.response = self.client.send(request, stream=True)
+        assert self.response.status_code == 200
+        self.lines = self.response.iter_lines()  # kept: dropping it closes the connection
+        for line in self.lines:
+            if line.startswith("data:"):
+                event = json.loads(line[5:])
+                assert event["type"] == "response.created"
+                self.id = event["response"]["id"]
+                return
+        raise AssertionError("no response.created event")
+
+    def close(self) -> None:
+        self.response.close()
+        self.client.close()
+
+
+def test_cancel_and_read_at_capacity(server: Server, http: httpx.Client):
+    """With every slot taken and the queue full, stored responses can still be read and
+    cancelled, while another generation gets 429."""
+    streams = [OpenStream(server, {"input": LONG, "stream": True}) for _ in range(2)]
+    queued: list[httpx.Response] = []
+
+    def wait_in_queue() -> None:
+        with httpx.Client(base_url=server.base_url, headers=auth(KEY_A), timeout=30) as c:
+            queued.append(FIGURES.record(c.post(CHAT, json=chat("queued"))))
+
+    waiters = [threading.Thread(target=wait_in_queue) for _ in range(2)]
+    try:
+        for waiter in waiters:
+            waiter.start()
+        time.sleep(0.5)
+        refused = FIGURES.record(http.post(CHAT, json=chat("one too many")))
+        assert refused.status_code == 429
+        for stream in streams:
+            response_id = stream.id
+            read = FIGURES.record(http.get(f"/v1/responses/{response_id}"))
+            assert read.status_code == 200 and read.json()["status"] == "in_progress"
+            started = time.monotonic()
+            cancelled = FIGURES.record(http.post(f"/v1/responses/{response_id}/cancel"))
+            assert cancelled.status_code == 200, cancelled.text
+            assert cancelled.json()["status"] == "cancelled"
+            assert time.monotonic() - started < 2.0
+        for waiter in waiters:
+            waiter.join(timeout=10)
+        assert [r.status_code for r in queued] == [200, 200]
+    finally:
+        for stream in streams:
+            stream.close()
+    _wait_idle(http)
