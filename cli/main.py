@@ -158,6 +158,14 @@ def serve(
             help="How long stored responses are kept: seconds, or with s, m, h or d (0: forever).",
         ),
     ] = "30d",
+    responses_max_bytes: Annotated[
+        str,
+        typer.Option(
+            envvar="M_SERVE_RESPONSES_MAX_BYTES",
+            rich_help_panel=LIMITS,
+            help="Bytes of stored responses kept (256MiB, 1GiB); beyond it the oldest are evicted (0: no limit).",
+        ),
+    ] = "256MiB",
     max_request_bytes: Annotated[
         int,
         typer.Option(
@@ -241,12 +249,16 @@ def serve(
     Example: m serve docs/examples/hello.py --port 8000
     """
     from cli.serve.runner import run
-    from cli.serve.settings import ServeSettings, parse_duration, read_api_keys
+    from cli.serve.settings import ServeSettings, parse_bytes, parse_duration, read_api_keys
 
     try:
         max_age = parse_duration(responses_max_age)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--responses-max-age") from None
+    try:
+        max_bytes = parse_bytes(responses_max_bytes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--responses-max-bytes") from None
 
     settings = ServeSettings(
         program=str(program),
@@ -273,6 +285,7 @@ def serve(
         responses_db=str(responses_db.expanduser().resolve()) if responses_db else None,
         responses_max_count=responses_max_count or None,
         responses_max_age=max_age or None,
+        responses_max_bytes=max_bytes or None,
     )
     raise typer.Exit(run(settings))
 

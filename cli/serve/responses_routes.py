@@ -49,12 +49,15 @@ def add_responses_routes(
     """Serve the Responses API on ``app`` (it runs ``app.state.program``).
 
     ``reply_parser(request)`` gives fresh parsers for one reply (it reads ``tools`` and
-    ``tool_choice``). Responses are kept, within the count and age bounds of the settings,
+    ``tool_choice``). Responses are kept, within the count, age and size bounds of the settings,
     in SQLite: the file ``settings.responses_db``
     (shared by worker processes) or, without one, an in-memory database of this app.
     """
     store = ResponseStore(
-        settings.responses_db, settings.responses_max_count, settings.responses_max_age
+        settings.responses_db,
+        settings.responses_max_count,
+        settings.responses_max_age,
+        settings.responses_max_bytes,
     )
     app.state.responses_store = store
     running: dict[str, _Running] = {}

@@ -5,7 +5,8 @@ response object, the request's own input items, and the items of the conversatio
 before it (so ``previous_response_id`` chains without walking back).
 
 The store is bounded: responses older than ``max_age`` seconds are gone, and beyond
-``max_count`` the oldest finished ones are evicted as new ones arrive.
+``max_count`` responses or ``max_bytes`` of records the oldest finished ones are evicted
+as new ones arrive. The history a record keeps is only what a continuing program reads.
 """
 
 from __future__ import annotations
@@ -24,19 +25,30 @@ CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
     status TEXT NOT NULL,
     record TEXT NOT NULL,
-    created REAL NOT NULL DEFAULT 0
+    created REAL NOT NULL DEFAULT 0,
+    size INTEGER NOT NULL DEFAULT 0
 )
 """
-# Files written before ``created`` existed get the column, filled from the records.
-_ADD_CREATED = (
-    "ALTER TABLE responses ADD COLUMN created REAL NOT NULL DEFAULT 0",
-    "UPDATE responses SET created = COALESCE(json_extract(record, '$.response.created_at'), 0)",
-)
+# Files written before a column existed get it, filled from the records.
+_ADD_COLUMNS = {
+    "created": (
+        "ALTER TABLE responses ADD COLUMN created REAL NOT NULL DEFAULT 0",
+        "UPDATE responses SET created = COALESCE(json_extract(record, '$.response.created_at'), 0)",
+    ),
+    "size": (
+        "ALTER TABLE responses ADD COLUMN size INTEGER NOT NULL DEFAULT 0",
+        "UPDATE responses SET size = length(CAST(record AS BLOB))",
+    ),
+}
 _INDEX = "CREATE INDEX IF NOT EXISTS responses_created ON responses (created)"
 # A response is visible while young enough, or while still running.
 _LIVE = "(created >= ? OR status = 'in_progress')"
 DEFAULT_MAX_COUNT = 10_000
 DEFAULT_MAX_AGE = 30 * 24 * 3600.0  # seconds
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+# What of a response's items a continuing program never reads (see ``chat_messages``).
+_UNREAD_ITEM_KEYS = ("id", "status")
+_UNREAD_PART_KEYS = ("logprobs", "annotations")
 
 
 @dataclass
@@ -58,8 +70,13 @@ class StoredResponse:
         return self.response["status"]
 
     def conversation(self) -> list[dict[str, Any]]:
-        """What a response continuing this one sees: history, input, then output."""
-        return [*self.history, *self.input, *self.response.get("output", [])]
+        """What a response continuing this one sees: history, input, then output.
+
+        Only what a program reads of them is kept: no reasoning items, ids, statuses,
+        log-probabilities or annotations.
+        """
+        items = [*self.history, *self.input, *self.response.get("output", [])]
+        return [_readable(item) for item in items if item.get("type") != "reasoning"]
 
 
 class ResponseStore:
@@ -74,11 +91,16 @@ class ResponseStore:
         path: str | None = None,
         max_count: int | None = DEFAULT_MAX_COUNT,
         max_age: float | None = DEFAULT_MAX_AGE,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
     ) -> None:
-        """Open (and create if needed) the database; ``None`` lifts a bound."""
+        """Open (and create if needed) the database; ``None`` lifts a bound.
+
+        ``max_bytes`` bounds the records' JSON text (UTF-8), all responses together.
+        """
         self.shared = path is not None
         self.max_count = max_count
         self.max_age = max_age
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._db = sqlite3.connect(
             path or ":memory:", check_same_thread=False, timeout=10.0, isolation_level=None
@@ -89,9 +111,10 @@ class ResponseStore:
         with _transaction(self._db):
             self._db.execute(_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
-            if "created" not in columns:
-                for statement in _ADD_CREATED:
-                    self._db.execute(statement)
+            for column, statements in _ADD_COLUMNS.items():
+                if column not in columns:
+                    for statement in statements:
+                        self._db.execute(statement)
             self._db.execute(_INDEX)
 
     def close(self) -> None:
@@ -102,15 +125,17 @@ class ResponseStore:
     def create(self, record: StoredResponse) -> None:
         """Store a new response, evicting what is past the bounds."""
         created = float(record.response.get("created_at") or time.time())
+        text = _dump(record)
         with self._lock, _transaction(self._db):
             self._db.execute(
-                "INSERT INTO responses (id, status, record, created) VALUES (?, ?, ?, ?)",
-                (record.id, record.status, _dump(record), created),
+                "INSERT INTO responses (id, status, record, created, size) VALUES (?, ?, ?, ?, ?)",
+                (record.id, record.status, text, created, _size(text)),
             )
             self._evict()
 
     def _evict(self) -> None:
-        """Drop expired responses and, beyond ``max_count``, the oldest finished ones."""
+        """Drop expired responses and, beyond ``max_count`` or ``max_bytes``, the oldest
+        finished ones (a response in progress stays, and counts)."""
         if self.max_age is not None:
             self._db.execute(
                 "DELETE FROM responses WHERE created < ? AND status != 'in_progress'",
@@ -123,6 +148,18 @@ class ResponseStore:
                 "LIMIT -1 OFFSET ?)",
                 (self.max_count,),
             )
+        if self.max_bytes is not None:
+            (total,) = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()
+            if total > self.max_bytes:
+                (running,) = self._db.execute(
+                    "SELECT COALESCE(SUM(size), 0) FROM responses WHERE status = 'in_progress'"
+                ).fetchone()
+                self._db.execute(
+                    "DELETE FROM responses WHERE id IN (SELECT id FROM (SELECT id, SUM(size) "
+                    "OVER (ORDER BY created DESC, rowid DESC) AS kept FROM responses "
+                    "WHERE status != 'in_progress') WHERE kept > ?)",
+                    (self.max_bytes - running,),
+                )
 
     def _oldest(self) -> float:
         """The creation time before which a response has expired."""
@@ -192,9 +229,10 @@ class ResponseStore:
         return _load(row[0]) if row else None
 
     def _write(self, record: StoredResponse) -> None:
+        text = _dump(record)
         self._db.execute(
-            "UPDATE responses SET status = ?, record = ? WHERE id = ?",
-            (record.status, _dump(record), record.id),
+            "UPDATE responses SET status = ?, record = ?, size = ? WHERE id = ?",
+            (record.status, text, _size(text), record.id),
         )
 
 
@@ -215,6 +253,23 @@ def _dump(record: StoredResponse) -> str:
         {"response": record.response, "input": record.input, "history": record.history},
         ensure_ascii=False,
     )
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _readable(item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` without what a program never reads of it."""
+    kept = {k: v for k, v in item.items() if k not in _UNREAD_ITEM_KEYS}
+    if isinstance(kept.get("content"), list):
+        kept["content"] = [
+            {k: v for k, v in part.items() if k not in _UNREAD_PART_KEYS}
+            if isinstance(part, dict)
+            else part
+            for part in kept["content"]
+        ]
+    return kept
 
 
 def _load(text: str) -> StoredResponse:
