@@ -26,6 +26,7 @@ from cli.serve.program import Program
 from cli.serve.reload import watch_program
 from cli.serve.responses_routes import add_responses_routes
 from cli.serve.settings import ServeSettings
+from cli.serve.tenancy import CacheSalt
 from mellea.core.thunk import ModelOutputThunk
 from mellea.serve.completion import chat_completion, run_program
 from mellea.serve.errors import (
@@ -106,7 +107,9 @@ def create_app(
     app.state.ready = False
     app.state.draining = False
     # Added innermost first: requests pass RequestContext, CORS, auth, the body reader
-    # (size and time limits), then admission, which so never waits on a slow upload.
+    # (size and time limits), then admission (so it never waits on a slow upload), then
+    # the tenant's cache salt.
+    app.add_middleware(CacheSalt)
     app.add_middleware(
         Admission,
         metrics=metrics,

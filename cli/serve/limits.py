@@ -111,7 +111,7 @@ class BodyFacts:
     """What the middleware needs to know of a request body, read once per request."""
 
     generations: int = 1  # prompts x ``n`` on completions, ``n`` on chat, else 1
-    cache_salt: str | None = None
+    cache_salt: Any = None  # as sent: the middleware using it checks it
 
 
 def body_facts(scope: Scope) -> BodyFacts:
@@ -140,7 +140,7 @@ def _facts(path: str, body: bytes) -> BodyFacts:
         choices *= _prompt_count(data.get("prompt"))
     elif path != CHAT:
         choices = 1
-    return BodyFacts(choices, salt if isinstance(salt, str) and salt else None)
+    return BodyFacts(choices, salt)
 
 
 def _prompt_count(prompt: Any) -> int:

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from cli.serve.disconnect import unless_disconnected
 from cli.serve.observability import ServerMetrics, StreamTimer, record_usage
 from cli.serve.settings import ServeSettings
+from cli.serve.tenancy import tenant_of
 from mellea.serve.completion import run_program
 from mellea.serve.errors import OpenAIError, as_openai_error
 from mellea.serve.parsers import ReplyParser
@@ -68,8 +69,9 @@ def add_responses_routes(
         """Run the program on a Responses request; stream the events when asked to."""
         started = time.monotonic()
         deadline = started + settings.request_timeout if settings.request_timeout else None
+        owner = tenant_of(request.scope)
         tools = check_request(body)
-        history = _history(store, body.previous_response_id)
+        history = _history(store, body.previous_response_id, owner)
         items = input_items(body.input or "")
         args = serve_arguments(body, tools, [*history, *items])
         response = new_response(body, tools, model_name)
@@ -81,7 +83,7 @@ def add_responses_routes(
             return ResponseRun(
                 source,
                 response,
-                _Sink(store, record, running, state),
+                _Sink(store, record, running, state, owner),
                 parser=reply_parser(body),
                 deadline=deadline,
                 cancel=state.signal if record is not None else None,  # unstored: 404 on cancel
@@ -107,6 +109,7 @@ def add_responses_routes(
 
     @app.get("/v1/responses/{response_id}", response_model=None)
     async def retrieve_response(
+        request: Request,
         response_id: str,
         stream: bool = False,
         starting_after: int | None = Query(None, ge=0),
@@ -116,7 +119,7 @@ def add_responses_routes(
         With ``stream=true`` its events are sent again, after ``starting_after`` if given;
         a response still running is replayed once it ends.
         """
-        stored = _stored(store, response_id)
+        stored = _stored(store, response_id, tenant_of(request.scope))
         if not stream:
             return JSONResponse(stored.response)
         return stream_response(
@@ -141,21 +144,22 @@ def add_responses_routes(
             yield event
 
     @app.delete("/v1/responses/{response_id}", response_model=None)
-    async def delete_response(response_id: str) -> Response:
+    async def delete_response(request: Request, response_id: str) -> Response:
         """Forget a stored response."""
-        if not store.delete(response_id):
+        if not store.delete(response_id, tenant_of(request.scope)):
             raise _not_found(response_id)
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
     @app.get("/v1/responses/{response_id}/input_items", response_model=None)
     async def list_input_items(
+        request: Request,
         response_id: str,
         limit: int = Query(20, ge=1, le=100),
         order: Literal["asc", "desc"] = "desc",
         after: str | None = None,
     ) -> Response:
         """The input items the response was created with, a page at a time."""
-        items = _stored(store, response_id).input
+        items = _stored(store, response_id, tenant_of(request.scope)).input
         if order == "desc":
             items = items[::-1]
         if after is not None:
@@ -175,9 +179,9 @@ def add_responses_routes(
         )
 
     @app.post("/v1/responses/{response_id}/cancel", response_model=None)
-    async def cancel_response(response_id: str) -> Response:
+    async def cancel_response(request: Request, response_id: str) -> Response:
         """Stop a response still being generated; it ends ``cancelled`` with what it had."""
-        result = store.cancel(response_id)
+        result = store.cancel(response_id, tenant_of(request.scope))
         if result is None:
             raise _not_found(response_id)
         before, response = result
@@ -224,13 +228,14 @@ class _Sink:
     record: StoredResponse | None
     running: dict[str, _Running]
     state: _Running
+    owner: str  # the tenant the stored response belongs to
 
     def started(self, response: dict[str, Any]) -> None:
         """Store the in-progress response and make it cancellable."""
         self.running[response["id"]] = self.state
         if self.record is not None:
             self.record.response = response
-            self.store.create(self.record)
+            self.store.create(self.record, self.owner)
 
     def finished(self, response: dict[str, Any]) -> dict[str, Any]:
         """Store the final response; a cancel that came first keeps its status."""
@@ -255,11 +260,11 @@ class _UsageRecorder:
         record_usage(self.metrics, usage)
 
 
-def _history(store: ResponseStore, previous_id: str | None) -> list[dict[str, Any]]:
+def _history(store: ResponseStore, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
     """The conversation a ``previous_response_id`` continues (its instructions stay behind)."""
     if previous_id is None:
         return []
-    previous = store.get(previous_id)
+    previous = store.get(previous_id, owner)
     if previous is None:
         raise OpenAIError(
             400,
@@ -285,8 +290,9 @@ def _cancel_check(
     return lambda: store.status(response_id) == "cancelled"
 
 
-def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
-    stored = store.get(response_id)
+def _stored(store: ResponseStore, response_id: str, owner: str) -> StoredResponse:
+    """The tenant's stored response (another tenant's is as unknown as a missing one)."""
+    stored = store.get(response_id, owner)
     if stored is None:
         raise _not_found(response_id)
     return stored

@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -228,3 +229,71 @@ def test_cancel_and_read_at_capacity(server: Server, http: httpx.Client):
         for stream in streams:
             stream.close()
     _wait_idle(http)
+
+
+def test_stored_responses_belong_to_their_key(server: Server, http: httpx.Client):
+    """Key B cannot read, list, continue, cancel or delete key A's responses."""
+    own = FIGURES.record(http.post("/v1/responses", json={"input": "mine alone"}))
+    assert own.status_code == 200
+    rid = own.json()["id"]
+    running = OpenStream(server, {"input": LONG, "stream": True})
+    try:
+        with httpx.Client(base_url=server.base_url, headers=auth(KEY_B), timeout=30) as other:
+            for method, path in [
+                ("GET", f"/v1/responses/{rid}"),
+                ("GET", f"/v1/responses/{rid}?stream=true"),
+                ("GET", f"/v1/responses/{rid}/input_items"),
+                ("DELETE", f"/v1/responses/{rid}"),
+                ("POST", f"/v1/responses/{running.id}/cancel"),
+                ("DELETE", f"/v1/responses/{running.id}"),
+            ]:
+                response = FIGURES.record(other.request(method, path))
+                assert response.status_code == 404, (method, path, response.text)
+                assert response.json()["error"]["param"] == "response_id"
+            chained = FIGURES.record(
+                other.post("/v1/responses", json={"input": "go on", "previous_response_id": rid})
+            )
+            assert chained.status_code == 400
+            assert chained.json()["error"]["code"] == "previous_response_not_found"
+        assert FIGURES.record(http.get(f"/v1/responses/{rid}")).status_code == 200
+        assert FIGURES.record(http.get(f"/v1/responses/{running.id}")).status_code == 200
+        cancelled = FIGURES.record(http.post(f"/v1/responses/{running.id}/cancel"))
+        assert cancelled.json()["status"] == "cancelled"
+        assert FIGURES.record(http.delete(f"/v1/responses/{rid}")).status_code == 200
+    finally:
+        running.close()
+    _wait_idle(http)
+
+
+def test_a_bad_cache_salt_gets_a_400(server: Server, http: httpx.Client):
+    for salt in ("", 5, "s" * 257):
+        response = FIGURES.record(http.post(CHAT, json=chat("hi", cache_salt=salt)))
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["param"] == "cache_salt"
+    assert FIGURES.record(http.post(CHAT, json=chat("hi", cache_salt="mine"))).status_code == 200
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("program", ["docs/examples/hello.py", "tests/programs/sync_local.py"])
+def test_prefix_cache_is_partitioned_per_key(program: str):
+    """A key's repeated prompt hits the prefix cache; the same prompt from another key,
+    or with another ``cache_salt``, does not (async and sync programs alike)."""
+    root = Path(__file__).resolve().parents[2]
+    prompt = "Repeat after me: " + " ".join(f"item {i}," for i in range(60))
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 1}
+
+    def cached(http: httpx.Client, key: str, **extra: object) -> int:
+        response = http.post(CHAT, json={**body, **extra}, headers=auth(key))
+        assert response.status_code == 200, response.text
+        return response.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    with (
+        serve(root / program, "--api-key", KEY_A, "--api-key", KEY_B) as model_server,
+        httpx.Client(base_url=model_server.base_url, timeout=120) as http,
+    ):
+        assert cached(http, KEY_A) == 0
+        assert cached(http, KEY_A) > 0
+        assert cached(http, KEY_B) == 0
+        assert cached(http, KEY_B) > 0
+        assert cached(http, KEY_A, cache_salt="project-x") == 0
+        assert cached(http, KEY_A, cache_salt="project-x") > 0

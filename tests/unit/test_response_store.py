@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 from mellea.serve.responses import ResponseStore, StoredResponse
@@ -52,3 +53,22 @@ def test_conversation_keeps_only_what_a_program_reads():
         },
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
     ]
+
+
+def test_a_response_is_visible_to_its_owner_only(tmp_path):
+    import sqlite3
+
+    from cli.serve.auth import tenant_id
+
+    path = str(tmp_path / "responses.db")
+    store = ResponseStore(path)
+    key = b"sk-very-secret"
+    owner = tenant_id(hashlib.sha256(key).digest())
+    store.create(record("mine", time.time(), status="in_progress"), owner)
+    assert store.get("mine", "someone-else") is None and store.status("mine", "") is None
+    assert store.cancel("mine", "someone-else") is None
+    assert not store.delete("mine", "someone-else")
+    assert store.get("mine", owner) is not None and store.cancel("mine", owner)[0] == "in_progress"
+    stored = sqlite3.connect(path).execute("SELECT * FROM responses").fetchall()
+    assert key.decode() not in repr(stored) and hashlib.sha256(key).hexdigest() not in repr(stored)
+    assert store.delete("mine", owner)

@@ -26,7 +26,8 @@ CREATE TABLE IF NOT EXISTS responses (
     status TEXT NOT NULL,
     record TEXT NOT NULL,
     created REAL NOT NULL DEFAULT 0,
-    size INTEGER NOT NULL DEFAULT 0
+    size INTEGER NOT NULL DEFAULT 0,
+    owner TEXT NOT NULL DEFAULT ''
 )
 """
 # Files written before a column existed get it, filled from the records.
@@ -39,10 +40,12 @@ _ADD_COLUMNS = {
         "ALTER TABLE responses ADD COLUMN size INTEGER NOT NULL DEFAULT 0",
         "UPDATE responses SET size = length(CAST(record AS BLOB))",
     ),
+    "owner": ("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''",),
 }
 _INDEX = "CREATE INDEX IF NOT EXISTS responses_created ON responses (created)"
-# A response is visible while young enough, or while still running.
-_LIVE = "(created >= ? OR status = 'in_progress')"
+# A response is visible while young enough, or while still running, and to its owner
+# (the parameters: the expiry time, then the owner twice; a None owner sees all).
+_LIVE = "(created >= ? OR status = 'in_progress') AND (? IS NULL OR owner = ?)"
 DEFAULT_MAX_COUNT = 10_000
 DEFAULT_MAX_AGE = 30 * 24 * 3600.0  # seconds
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -83,7 +86,8 @@ class ResponseStore:
     """Responses by id. Safe to use from any thread; the methods are short transactions.
 
     ``path`` is a database file (several processes may share it) or ``None`` for an
-    in-memory database.
+    in-memory database. Each response has an owner (a tenant id, ``""`` for none); the
+    methods taking ``owner`` act only on that owner's responses (``None``: on any).
     """
 
     def __init__(
@@ -122,14 +126,15 @@ class ResponseStore:
         with self._lock:
             self._db.close()
 
-    def create(self, record: StoredResponse) -> None:
-        """Store a new response, evicting what is past the bounds."""
+    def create(self, record: StoredResponse, owner: str = "") -> None:
+        """Store a new response of ``owner``, evicting what is past the bounds."""
         created = float(record.response.get("created_at") or time.time())
         text = _dump(record)
         with self._lock, _transaction(self._db):
             self._db.execute(
-                "INSERT INTO responses (id, status, record, created, size) VALUES (?, ?, ?, ?, ?)",
-                (record.id, record.status, text, created, _size(text)),
+                "INSERT INTO responses (id, status, record, created, size, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (record.id, record.status, text, created, _size(text), owner),
             )
             self._evict()
 
@@ -165,25 +170,26 @@ class ResponseStore:
         """The creation time before which a response has expired."""
         return time.time() - self.max_age if self.max_age is not None else float("-inf")
 
-    def get(self, response_id: str) -> StoredResponse | None:
+    def get(self, response_id: str, owner: str | None = None) -> StoredResponse | None:
         """The stored response, or None."""
         with self._lock:
-            return self._read(response_id)
+            return self._read(response_id, owner)
 
-    def status(self, response_id: str) -> str | None:
+    def status(self, response_id: str, owner: str | None = None) -> str | None:
         """Just the status of a stored response (cheap enough to poll)."""
         with self._lock:
             row = self._db.execute(
                 f"SELECT status FROM responses WHERE id = ? AND {_LIVE}",
-                (response_id, self._oldest()),
+                (response_id, *self._live(owner)),
             ).fetchone()
         return row[0] if row else None
 
-    def delete(self, response_id: str) -> bool:
+    def delete(self, response_id: str, owner: str | None = None) -> bool:
         """Forget a response; False if there was none."""
         with self._lock:
             cursor = self._db.execute(
-                f"DELETE FROM responses WHERE id = ? AND {_LIVE}", (response_id, self._oldest())
+                f"DELETE FROM responses WHERE id = ? AND {_LIVE}",
+                (response_id, *self._live(owner)),
             )
         return cursor.rowcount > 0
 
@@ -205,14 +211,16 @@ class ResponseStore:
             self._evict()
         return response
 
-    def cancel(self, response_id: str) -> tuple[str, dict[str, Any]] | None:
+    def cancel(
+        self, response_id: str, owner: str | None = None
+    ) -> tuple[str, dict[str, Any]] | None:
         """Mark an in-progress response ``cancelled``.
 
         Returns (the status it had, the stored response), or None if there is no such
         response; only an ``in_progress`` one changes.
         """
         with self._lock, _transaction(self._db):
-            record = self._read(response_id)
+            record = self._read(response_id, owner)
             if record is None:
                 return None
             before = record.status
@@ -221,10 +229,13 @@ class ResponseStore:
                 self._write(record)
         return before, record.response
 
-    def _read(self, response_id: str) -> StoredResponse | None:
+    def _live(self, owner: str | None) -> tuple[float, str | None, str | None]:
+        return self._oldest(), owner, owner
+
+    def _read(self, response_id: str, owner: str | None = None) -> StoredResponse | None:
         row = self._db.execute(
             f"SELECT record FROM responses WHERE id = ? AND {_LIVE}",
-            (response_id, self._oldest()),
+            (response_id, *self._live(owner)),
         ).fetchone()
         return _load(row[0]) if row else None
 
