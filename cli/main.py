@@ -235,6 +235,14 @@ def serve(
             help="File with one API key per line.",
         ),
     ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="M_SERVE_ALLOWED_HOST",
+            rich_help_panel=SECURITY,
+            help="Answer requests whose Host header names HOST (repeatable; *.example.com for subdomains, * for any); others get 400 \\[default: localhost, IP addresses, the --host name].",
+        ),
+    ] = None,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(
@@ -273,6 +281,7 @@ def serve(
         keepalive_seconds=keepalive,
         api_keys=read_api_keys(api_key or [], api_key_file),
         cors_origins=list(cors_origin or []),
+        allowed_hosts=list(allowed_host or []) or None,
         max_concurrent_requests=max_concurrent_requests,
         max_queued_requests=max_queued_requests,
         request_timeout=request_timeout,

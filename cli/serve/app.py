@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
 from cli.serve.disconnect import unless_disconnected as _unless_disconnected
+from cli.serve.hosts import AllowedHosts, default_allowed_hosts
 from cli.serve.limits import BodyReader
 from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
 from cli.serve.program import Program
@@ -106,9 +107,9 @@ def create_app(
     app.state.metrics = metrics
     app.state.ready = False
     app.state.draining = False
-    # Added innermost first: requests pass RequestContext, CORS, auth, the body reader
-    # (size and time limits), then admission (so it never waits on a slow upload), then
-    # the tenant's cache salt.
+    # Added innermost first: requests pass RequestContext, the Host check, CORS, auth,
+    # the body reader (size and time limits), then admission (so it never waits on a
+    # slow upload), then the tenant's cache salt.
     app.add_middleware(CacheSalt)
     app.add_middleware(
         Admission,
@@ -130,6 +131,8 @@ def create_app(
             allow_headers=["authorization", "content-type", "x-request-id"],
             expose_headers=["x-request-id"],
         )
+    hosts = settings.allowed_hosts or default_allowed_hosts(settings.host)
+    app.add_middleware(AllowedHosts, hosts=hosts)
     app.add_middleware(RequestContext, metrics=metrics)
     _install_error_handlers(app)
     model_name = settings.served_model_name

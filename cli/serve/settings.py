@@ -30,6 +30,8 @@ class ServeSettings:
     first_result_wait: float = 1.0
     api_keys: list[str] = field(default_factory=list)
     cors_origins: list[str] = field(default_factory=list)
+    # Host header names served (None: localhost, IP addresses and the bound name).
+    allowed_hosts: list[str] | None = None
     max_concurrent_requests: int | None = None
     max_queued_requests: int = 0
     request_timeout: float | None = None

@@ -297,3 +297,33 @@ def test_prefix_cache_is_partitioned_per_key(program: str):
         assert cached(http, KEY_B) > 0
         assert cached(http, KEY_A, cache_salt="project-x") == 0
         assert cached(http, KEY_A, cache_salt="project-x") > 0
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("rebound.attacker.example", 400),
+        ("rebound.attacker.example:8000", 400),
+        ("localhost.attacker.example", 400),
+        ("localhost:8000", 200),
+        ("app.localhost", 200),
+        ("127.0.0.1", 200),
+        ("[::1]:8000", 200),
+        ("10.1.2.3:80", 200),
+    ],
+)
+def test_only_known_hosts_are_answered(http: httpx.Client, host: str, status: int):
+    """A web page cannot reach the server through a name rebound to 127.0.0.1."""
+    for method, path, body in [("GET", "/health", None), ("POST", CHAT, chat("hi"))]:
+        response = FIGURES.record(http.request(method, path, json=body, headers={"host": host}))
+        assert response.status_code == status, (host, path, response.text)
+        if status == 400:
+            error = response.json()["error"]
+            assert error["code"] == "host_not_allowed" and "--allowed-host" in error["message"]
+
+
+def test_allowed_host_flag():
+    with serve(PROGRAMS / "echo.py", "--allowed-host", "*.corp.example") as other:
+        for host, status in [("api.corp.example", 200), ("localhost", 400), ("x.example", 400)]:
+            response = httpx.get(other.base_url + "/v1/models", headers={"host": host})
+            assert response.status_code == status, (host, response.text)
