@@ -24,10 +24,11 @@ COMPLETIONS = "/v1/completions"
 class BodyReader:
     """ASGI middleware: the body is read whole before the app runs, then handed on.
 
-    A declared ``Content-Length`` over ``max_bytes`` is refused before any of the body
-    is read; a chunked body is counted as it arrives and refused at the limit. A body
-    not complete ``timeout`` seconds after the request began gets 408. Either way the
-    connection is closed.
+    A body over ``max_bytes`` gets 413. Up to twice the limit it is read to its end
+    (and dropped) first, so that the client, still sending, gets to read the answer; a
+    declared ``Content-Length`` beyond that is refused before any of the body is read.
+    A body not complete ``timeout`` seconds after the request began gets 408. Either
+    way the connection is closed.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout: float | None) -> None:
@@ -40,7 +41,7 @@ class BodyReader:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+        if declared is not None and declared.isdigit() and int(declared) > 2 * self.max_bytes:
             await self._too_large(send)
             return
         try:
@@ -72,10 +73,15 @@ class BodyReader:
                 return None
             chunk = message.get("body", b"")
             seen += len(chunk)
-            if seen > self.max_bytes:
+            if seen > 2 * self.max_bytes:
                 raise _TooLarge
-            chunks.append(chunk)
+            if seen > self.max_bytes:
+                chunks.clear()  # read on to the end, keeping nothing
+            else:
+                chunks.append(chunk)
             if not message.get("more_body", False):
+                if seen > self.max_bytes:
+                    raise _TooLarge
                 return b"".join(chunks)
 
     async def _too_large(self, send: Send) -> None:

@@ -9,6 +9,7 @@ server's memory flat across a burst.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.e2e
 
 KEY_A, KEY_B = "sk-tenant-a", "sk-tenant-b"
 BODY_TIMEOUT = 2.0
+MAX_BODY = 1024 * 1024
 HEALTH_BUDGET = 0.1  # seconds
 CHAT = "/v1/chat/completions"
 
@@ -67,6 +69,8 @@ def server() -> Iterator[Server]:
         "2",
         "--body-timeout",
         str(BODY_TIMEOUT),
+        "--max-request-bytes",
+        str(MAX_BODY),
         env={"ECHO_DELAY": "0.05"},
     ) as running:
         stop = threading.Event()
@@ -327,3 +331,93 @@ def test_allowed_host_flag():
         for host, status in [("api.corp.example", 200), ("localhost", 400), ("x.example", 400)]:
             response = httpx.get(other.base_url + "/v1/models", headers={"host": host})
             assert response.status_code == status, (host, response.text)
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+async def _burst(server: Server, rounds: int) -> list[int]:
+    """Each round: ordinary requests and hostile ones, eight clients at a time."""
+    statuses: list[int] = []
+    gate = asyncio.Semaphore(8)
+    big = "x " * (MAX_BODY // 2 + 10)
+
+    async def one(client: httpx.AsyncClient, i: int) -> None:
+        async with gate:
+            kind = i % 10
+            try:
+                if kind == 0:
+                    response = await client.post(CHAT, json=chat(f"hello {i}"))
+                elif kind == 1:  # a stream left after its first chunk
+                    request = client.build_request("POST", CHAT, json=chat(LONG, stream=True))
+                    response = await client.send(request, stream=True)
+                    async for _ in response.aiter_lines():
+                        break
+                    await response.aclose()
+                elif kind == 2:
+                    body = {"prompt": ["a b", "c d"], "n": 2}
+                    response = await client.post("/v1/completions", json=body)
+                elif kind == 3:
+                    response = await client.post("/v1/responses", json={"input": "y" * 40_000})
+                elif kind == 4:
+                    response = await client.post(CHAT, content=b'{"messages": [', headers=JSON)
+                elif kind == 5:
+                    response = await client.post(CHAT, json=chat(big))
+                elif kind == 6:
+                    response = await client.post(
+                        CHAT, json=chat("x"), headers={"host": "evil.test"}
+                    )
+                elif kind == 7:
+                    response = await client.post(f"/v1/responses/resp_{i}/cancel")
+                elif kind == 8:  # leaves a non-streamed request
+                    response = await client.post(CHAT, json=chat(LONG), timeout=0.3)
+                else:
+                    response = await client.post(CHAT, json=chat("hi", cache_salt=f"s{i % 3}"))
+                statuses.append(response.status_code)
+            except httpx.TimeoutException:
+                assert kind == 8  # the leaving client
+            except httpx.TransportError as exc:
+                raise AssertionError(f"request kind {kind}: {exc!r}") from exc
+
+    async with httpx.AsyncClient(
+        base_url=server.base_url, headers=auth(KEY_A), timeout=60
+    ) as client:
+        await asyncio.gather(*(one(client, i) for i in range(rounds * 10)))
+    return statuses
+
+
+JSON = {"content-type": "application/json"}
+
+
+def test_memory_is_flat_across_a_burst(server: Server, http: httpx.Client):
+    """After a warm-up burst, a second one of the same size leaves the server's memory
+    where it was; every request gets its answer (no 5xx)."""
+    FIGURES.statuses += asyncio.run(_burst(server, 10))
+    _wait_idle(http, timeout=15)
+    FIGURES.rss_before = rss_bytes(server.process.pid)
+    FIGURES.statuses += asyncio.run(_burst(server, 10))
+    _wait_idle(http, timeout=15)
+    FIGURES.rss_after = rss_bytes(server.process.pid)
+    growth = FIGURES.rss_after - FIGURES.rss_before
+    assert growth < 16 * 2**20, f"the server grew by {growth / 2**20:.1f} MiB"
+    assert {400, 404, 413, 200} <= set(FIGURES.statuses)
+
+
+def test_figures(server: Server):
+    """Last: no request of the whole suite got a 5xx, and /health never took 100 ms."""
+    time.sleep(0.2)
+    fives = [s for s in FIGURES.statuses if s >= 500]
+    worst = max(FIGURES.health)
+    print(
+        f"\nhostile-server figures: {FIGURES.cases} cases, {len(FIGURES.statuses)} requests, "
+        f"{len(fives)} 5xx, /health worst {worst * 1000:.1f} ms over {len(FIGURES.health)} "
+        f"probes, RSS {getattr(FIGURES, 'rss_before', 0) / 2**20:.1f} MiB before and "
+        f"{getattr(FIGURES, 'rss_after', 0) / 2**20:.1f} MiB after the burst"
+    )
+    assert not fives
+    assert len(FIGURES.health) > 10
+    assert worst < HEALTH_BUDGET, f"/health took {worst * 1000:.0f} ms"
