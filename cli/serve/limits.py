@@ -27,7 +27,7 @@ class BodyReader:
     A body over ``max_bytes`` gets 413. Up to twice the limit it is read to its end
     (and dropped) first, so that the client, still sending, gets to read the answer; a
     declared ``Content-Length`` beyond that is refused before any of the body is read.
-    A body not complete ``timeout`` seconds after the request began gets 408. Either
+    A body not complete ``timeout`` seconds after its headers came gets 408. Either
     way the connection is closed.
     """
 

@@ -38,6 +38,7 @@ class Figures:
         self.statuses: list[int] = []
         self.health: list[float] = []
         self.cases = 0
+        self.rss_before = self.rss_after = 0  # bytes, around the second burst
 
     def record(self, response: httpx.Response) -> httpx.Response:
         self.statuses.append(response.status_code)
@@ -92,21 +93,29 @@ def _watch_health(server: Server, stop: threading.Event) -> None:
             stop.wait(0.05)
 
 
+@pytest.fixture(autouse=True)
+def _count_case() -> None:
+    FIGURES.cases += 1
+
+
 @pytest.fixture
 def http(server: Server) -> Iterator[httpx.Client]:
-    FIGURES.cases += 1
     with httpx.Client(base_url=server.base_url, headers=auth(KEY_A), timeout=30) as client:
         yield client
 
 
-def _slow_upload(server: Server) -> socket.socket:
-    """A socket that sends a POST's headers and one byte of its 1000-byte body, then stalls."""
+def _slow_upload(server: Server, chunked: bool) -> socket.socket:
+    """A socket that sends a POST's headers and one byte of its body, then stalls."""
     sock = socket.create_connection(("127.0.0.1", server.port))
+    framing = (
+        "Transfer-Encoding: chunked\r\n\r\n1\r\n{\r\n"
+        if chunked
+        else ("Content-Length: 1000\r\n\r\n{")
+    )
     sock.sendall(
         (
             f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
-            f"Authorization: Bearer {KEY_A}\r\nContent-Type: application/json\r\n"
-            "Content-Length: 1000\r\n\r\n{"
+            f"Authorization: Bearer {KEY_A}\r\nContent-Type: application/json\r\n{framing}"
         ).encode()
     )
     return sock
@@ -130,7 +139,7 @@ def _status_line(sock: socket.socket, timeout: float) -> tuple[int, bytes]:
 
 def test_slow_uploads_do_not_take_slots(server: Server, http: httpx.Client):
     """Four stalled uploads (as many as slots plus queue) leave room for everyone else."""
-    stalled = [_slow_upload(server) for _ in range(4)]
+    stalled = [_slow_upload(server, chunked=i % 2 == 1) for i in range(4)]
     try:
         time.sleep(0.3)
         started = time.monotonic()
@@ -415,8 +424,8 @@ def test_figures(server: Server):
     print(
         f"\nhostile-server figures: {FIGURES.cases} cases, {len(FIGURES.statuses)} requests, "
         f"{len(fives)} 5xx, /health worst {worst * 1000:.1f} ms over {len(FIGURES.health)} "
-        f"probes, RSS {getattr(FIGURES, 'rss_before', 0) / 2**20:.1f} MiB before and "
-        f"{getattr(FIGURES, 'rss_after', 0) / 2**20:.1f} MiB after the burst"
+        f"probes, RSS {FIGURES.rss_before / 2**20:.1f} MiB before and "
+        f"{FIGURES.rss_after / 2**20:.1f} MiB after the burst"
     )
     assert not fives
     assert len(FIGURES.health) > 10
