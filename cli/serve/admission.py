@@ -7,7 +7,7 @@ from collections import deque
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cli.serve.limits import body_facts
+from cli.serve.limits import body_facts, rewound
 from cli.serve.observability import ServerMetrics
 from cli.serve.responses import send_error
 
@@ -23,8 +23,8 @@ class Admission:
 
     A request counts the generations it asks for (``n`` choices, times the prompts of
     a completions request), capped at ``limit`` so a large one can still run alone.
-    It is admitted after its body has been read (see :class:`cli.serve.limits.BodyReader`).
-    A request beyond the queue gets 429 with ``Retry-After`` at once; while the
+    It is admitted after its body has been read (see :class:`cli.serve.limits.BodyReader`);
+    a client that leaves while queued gives its place up. A request beyond the queue gets 429 with ``Retry-After`` at once; while the
     server drains for shutdown, 503. The engine's own admission (free KV blocks) stays
     the inner limit.
     """
@@ -70,7 +70,13 @@ class Admission:
                     headers={"retry-after": str(RETRY_AFTER_SECONDS)},
                 )
                 return
-            await self._acquire(weight)
+            if self._fits(weight):
+                self.running += weight
+            else:
+                await receive()  # the body, read already; given to the app again below
+                if not await self._wait(weight, receive):
+                    return  # the client left while queued: nobody to answer
+                receive = rewound(scope, receive)
         else:
             self.running += weight
         self.metrics.in_flight.inc()
@@ -86,25 +92,34 @@ class Admission:
         assert self.limit is not None
         return not self._waiters and self.running + weight <= self.limit
 
-    async def _acquire(self, weight: int) -> None:
-        if self._fits(weight):
-            self.running += weight
-            return
+    async def _wait(self, weight: int, receive: Receive) -> bool:
+        """Queue for ``weight`` generations; False if the client left while waiting."""
         waiter = asyncio.get_running_loop().create_future()
         entry = (weight, waiter)
         self._waiters.append(entry)
         self.metrics.queue_depth.set(len(self._waiters))
+        left = asyncio.ensure_future(_disconnected(receive))
         try:
-            await waiter  # _wake counted us in before resolving it
+            await asyncio.wait({waiter, left}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
-            if waiter.done() and not waiter.cancelled():
-                self.running -= weight  # admitted, but the client left at that moment
-                self._wake()
-            else:
-                self._waiters.remove(entry)
-                self.metrics.queue_depth.set(len(self._waiters))
-                self._wake()
+            self._give_up(entry)
             raise
+        finally:
+            left.cancel()
+        if waiter.done():  # _wake counted us in before resolving it
+            return True
+        self._give_up(entry)
+        return False
+
+    def _give_up(self, entry: tuple[int, asyncio.Future[None]]) -> None:
+        """Leave the queue, or, if admitted meanwhile, hand the generations back."""
+        weight, waiter = entry
+        if waiter.done():
+            self.running -= weight
+        else:
+            waiter.cancel()
+            self._waiters.remove(entry)
+        self._wake()
 
     def _wake(self) -> None:
         """Admit queued requests, in order, while the first of them fits."""
@@ -117,3 +132,9 @@ class Admission:
             self.running += weight
             waiter.set_result(None)
         self.metrics.queue_depth.set(len(self._waiters))
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return once the client has gone."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -98,6 +98,12 @@ class _TooLarge(Exception):
     pass
 
 
+def rewound(scope: Scope, receive: Receive) -> Receive:
+    """``receive`` that gives the read body first again: for a middleware that read past it
+    (to see whether the client left) before handing the request on."""
+    return _replay(scope["state"][_BODY], receive)
+
+
 def _replay(body: bytes, receive: Receive) -> Receive:
     """A ``receive`` that gives the read body once, then waits for the client (disconnect)."""
     given = False

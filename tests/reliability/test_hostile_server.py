@@ -244,6 +244,29 @@ def test_cancel_and_read_at_capacity(server: Server, http: httpx.Client):
     _wait_idle(http)
 
 
+def test_clients_leaving_the_queue_give_their_places_up(server: Server, http: httpx.Client):
+    streams = [OpenStream(server, {"input": LONG, "stream": True}) for _ in range(2)]
+    try:
+        for _ in range(2):  # the two queue places, taken by clients that give up
+            with pytest.raises(httpx.ReadTimeout):
+                http.post(CHAT, json=chat("waiting"), timeout=0.3)
+        time.sleep(0.3)
+        later: list[httpx.Response] = []
+        thread = threading.Thread(
+            target=lambda: later.append(FIGURES.record(http.post(CHAT, json=chat("later"))))
+        )
+        thread.start()
+        time.sleep(0.3)
+        assert not later, "answered while every slot is taken?"
+        FIGURES.record(http.post(f"/v1/responses/{streams[0].id}/cancel"))
+        thread.join(timeout=10)
+        assert [r.status_code for r in later] == [200]
+    finally:
+        for stream in streams:
+            stream.close()
+    _wait_idle(http)
+
+
 def test_stored_responses_belong_to_their_key(server: Server, http: httpx.Client):
     """Key B cannot read, list, continue, cancel or delete key A's responses."""
     own = FIGURES.record(http.post("/v1/responses", json={"input": "mine alone"}))

@@ -39,13 +39,13 @@ async def test_a_request_with_n_choices_takes_n_slots():
     started: list[str] = []
 
     async def app(scope, receive, send):
-        started.append(scope["path"])
+        started.append((await receive())["body"])
         await release.wait()
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
     admission = Admission(app, ServerMetrics(), limit=2, queue=1, state=SimpleNamespace())
-    sent: list[list[dict]] = [[], [], []]
+    sent: list[list[dict]] = [[], [], [], []]
 
     def sender(i: int):
         async def send(message: dict) -> None:
@@ -53,25 +53,39 @@ async def test_a_request_with_n_choices_takes_n_slots():
 
         return send
 
-    async def receive() -> dict:
-        await asyncio.Event().wait()
-        return {}
+    def receiver(i: int):
+        given = False
 
-    bodies = [{"n": 2}, {"n": 1}, {"n": 1}]
-    calls = [
-        asyncio.ensure_future(
-            admission(
-                http_scope("/v1/chat/completions", json.dumps(b).encode()), receive, sender(i)
-            )
-        )
-        for i, b in enumerate(bodies)
-    ]
+        async def receive() -> dict:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await left[i].wait()
+            return {"type": "http.disconnect"}
+
+        return receive
+
+    left = [asyncio.Event() for _ in range(4)]
+
+    def call(i: int, body: dict) -> asyncio.Future:
+        scope = http_scope("/v1/chat/completions", json.dumps(body).encode())
+        return asyncio.ensure_future(admission(scope, receiver(i), sender(i)))
+
+    calls = [call(0, {"n": 2}), call(1, {"n": 1}), call(2, {"n": 1})]
     await asyncio.sleep(0.05)
     assert len(started) == 1  # n=2 holds both slots, the second waits in the queue
     assert sent[2][0]["status"] == 429  # and the queue is full
+    left[1].set()  # the queued client leaves: its place is free again
+    await asyncio.sleep(0.05)
+    assert calls[1].done() and not sent[1]
+    calls.append(call(3, {"n": 1}))
+    await asyncio.sleep(0.05)
+    assert not sent[3]  # queued, not refused
     release.set()
     await asyncio.gather(*calls)
-    assert len(started) == 2 and admission.running == 0
+    assert started == [b"", b'{"n": 1}']  # a request that waited gets its body still
+    assert admission.running == 0 and sent[3][0]["status"] == 200
 
 
 async def test_body_reader_gives_the_whole_body_then_disconnect():
