@@ -180,7 +180,7 @@ def serve(
             envvar="M_SERVE_BODY_TIMEOUT",
             min=0,
             rich_help_panel=LIMITS,
-            help="Seconds a client has to send a whole request body; slower gets 408 (0: no limit).",
+            help="Seconds a client has to send a whole request body (slower gets 408), and to take in each part of its reply (or it is disconnected); 0: no limit.",
         ),
     ] = 30.0,
     max_concurrent_requests: Annotated[

@@ -21,7 +21,7 @@ from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
 from cli.serve.disconnect import unless_disconnected as _unless_disconnected
 from cli.serve.hosts import AllowedHosts, default_allowed_hosts
-from cli.serve.limits import BodyReader
+from cli.serve.limits import BodyReader, WriteDeadline
 from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
 from cli.serve.program import Program
 from cli.serve.reload import watch_program
@@ -108,8 +108,8 @@ def create_app(
     app.state.ready = False
     app.state.draining = False
     # Added innermost first: requests pass RequestContext, the Host check, CORS, auth,
-    # the body reader (size and time limits), then admission (so it never waits on a
-    # slow upload), then the tenant's cache salt.
+    # the write deadline, the body reader (size and time limits), then admission (so it
+    # never waits on a slow upload), then the tenant's cache salt.
     app.add_middleware(CacheSalt)
     app.add_middleware(
         Admission,
@@ -121,6 +121,7 @@ def create_app(
     app.add_middleware(
         BodyReader, max_bytes=settings.max_request_bytes, timeout=settings.body_timeout
     )
+    app.add_middleware(WriteDeadline, timeout=settings.body_timeout)
     if settings.api_keys:
         app.add_middleware(ApiKeyAuth, keys=settings.api_keys)
     if settings.cors_origins:

@@ -1,13 +1,16 @@
-"""Read the whole request body first: refused over a size limit (413) or a deadline (408).
+"""Slow clients: the whole request body is read first, within a size limit (413) and a
+deadline (408), and a client that stops taking in its reply is dropped.
 
 Admission comes after this, so a client that sends its body slowly (or never) holds a
-connection, not one of the server's concurrency slots.
+connection, not one of the server's concurrency slots; nor can one that never reads
+its reply keep its slot once its send buffers are full.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cli.serve.responses import send_error
 
+log = logging.getLogger("mellea.serve")
 _BODY = "body"  # where the read body waits in the request's ``scope["state"]``
 _FACTS = "body_facts"
 CHAT = "/v1/chat/completions"
@@ -95,6 +99,43 @@ class BodyReader:
 
 
 class _TooLarge(Exception):
+    pass
+
+
+class WriteDeadline:
+    """ASGI middleware: a reply whose client takes in nothing for ``timeout`` seconds
+    (its buffers full: it stopped reading) is abandoned and the connection closed, so
+    its generation and its concurrency slot are freed."""
+
+    def __init__(self, app: ASGIApp, timeout: float | None) -> None:
+        self.app = app
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.timeout is None:
+            await self.app(scope, receive, send)
+            return
+        stalled = False
+
+        async def bounded(message: Message) -> None:
+            nonlocal stalled
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await send(message)
+            except TimeoutError:
+                stalled = True
+                raise _WriteStalled from None
+
+        try:
+            await self.app(scope, receive, bounded)
+        except Exception:
+            if not stalled:
+                raise
+            # Returning with the reply unfinished makes the server close the connection.
+            log.info("the client took in nothing for %g s; its reply is abandoned", self.timeout)
+
+
+class _WriteStalled(Exception):
     pass
 
 
