@@ -50,9 +50,10 @@ def add_responses_routes(
     """Serve the Responses API on ``app`` (it runs ``app.state.program``).
 
     ``reply_parser(request)`` gives fresh parsers for one reply (it reads ``tools`` and
-    ``tool_choice``). Responses are kept, within the count, age and size bounds of the settings,
-    in SQLite: the file ``settings.responses_db``
-    (shared by worker processes) or, without one, an in-memory database of this app.
+    ``tool_choice``). Responses are kept, within the count, age and size bounds of the
+    settings, in SQLite: the file ``settings.responses_db`` (shared by worker processes)
+    or, without one, an in-memory database of this app. A response belongs to the
+    tenant (API key) that created it; to any other it does not exist.
     """
     store = ResponseStore(
         settings.responses_db,
