@@ -158,6 +158,14 @@ def serve(
             help="How long stored responses are kept: seconds, or with s, m, h or d (0: forever).",
         ),
     ] = "30d",
+    responses_max_bytes: Annotated[
+        str,
+        typer.Option(
+            envvar="M_SERVE_RESPONSES_MAX_BYTES",
+            rich_help_panel=LIMITS,
+            help="Bytes of stored responses kept (256MiB, 1GiB); beyond it the oldest are evicted (0: no limit).",
+        ),
+    ] = "256MiB",
     max_request_bytes: Annotated[
         int,
         typer.Option(
@@ -166,13 +174,22 @@ def serve(
             help="Largest request body accepted; larger gets 413.",
         ),
     ] = 16 * 1024 * 1024,
+    body_timeout: Annotated[
+        float,
+        typer.Option(
+            envvar="M_SERVE_BODY_TIMEOUT",
+            min=0,
+            rich_help_panel=LIMITS,
+            help="Seconds a client has to send a whole request body (slower gets 408), and to take in each part of its reply (or it is disconnected); 0: no limit.",
+        ),
+    ] = 30.0,
     max_concurrent_requests: Annotated[
         int | None,
         typer.Option(
             envvar="M_SERVE_MAX_CONCURRENT_REQUESTS",
             min=1,
             rich_help_panel=LIMITS,
-            help="Requests served at once; more wait in the queue \\[default: no limit].",
+            help="Generations served at once (a request asking for n choices of k prompts counts n x k); more wait in the queue \\[default: no limit].",
         ),
     ] = None,
     max_queued_requests: Annotated[
@@ -218,6 +235,14 @@ def serve(
             help="File with one API key per line.",
         ),
     ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="M_SERVE_ALLOWED_HOST",
+            rich_help_panel=SECURITY,
+            help="Answer requests whose Host header names HOST (repeatable; *.example.com for subdomains, * for any); others get 400 \\[default: localhost, IP addresses, the --host name].",
+        ),
+    ] = None,
     cors_origin: Annotated[
         list[str] | None,
         typer.Option(
@@ -232,12 +257,16 @@ def serve(
     Example: m serve docs/examples/hello.py --port 8000
     """
     from cli.serve.runner import run
-    from cli.serve.settings import ServeSettings, parse_duration, read_api_keys
+    from cli.serve.settings import ServeSettings, parse_bytes, parse_duration, read_api_keys
 
     try:
         max_age = parse_duration(responses_max_age)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--responses-max-age") from None
+    try:
+        max_bytes = parse_bytes(responses_max_bytes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--responses-max-bytes") from None
 
     settings = ServeSettings(
         program=str(program),
@@ -248,9 +277,11 @@ def serve(
         reload=reload,
         workers=workers,
         max_request_bytes=max_request_bytes,
+        body_timeout=body_timeout or None,
         keepalive_seconds=keepalive,
         api_keys=read_api_keys(api_key or [], api_key_file),
         cors_origins=list(cors_origin or []),
+        allowed_hosts=list(allowed_host or []) or None,
         max_concurrent_requests=max_concurrent_requests,
         max_queued_requests=max_queued_requests,
         request_timeout=request_timeout,
@@ -263,6 +294,7 @@ def serve(
         responses_db=str(responses_db.expanduser().resolve()) if responses_db else None,
         responses_max_count=responses_max_count or None,
         responses_max_age=max_age or None,
+        responses_max_bytes=max_bytes or None,
     )
     raise typer.Exit(run(settings))
 

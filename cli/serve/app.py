@@ -19,12 +19,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
-from cli.serve.limits import BodySizeLimit
+from cli.serve.disconnect import unless_disconnected as _unless_disconnected
+from cli.serve.hosts import AllowedHosts, default_allowed_hosts
+from cli.serve.limits import BodyReader, WriteDeadline
 from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
 from cli.serve.program import Program
 from cli.serve.reload import watch_program
 from cli.serve.responses_routes import add_responses_routes
 from cli.serve.settings import ServeSettings
+from cli.serve.tenancy import CacheSalt
 from mellea.core.thunk import ModelOutputThunk
 from mellea.serve.completion import chat_completion, run_program
 from mellea.serve.errors import (
@@ -104,7 +107,10 @@ def create_app(
     app.state.metrics = metrics
     app.state.ready = False
     app.state.draining = False
-    # Added innermost first: requests pass RequestContext, CORS, auth, size, admission.
+    # Added innermost first: requests pass RequestContext, the Host check, CORS, auth,
+    # the write deadline, the body reader (size and time limits), then admission (so it
+    # never waits on a slow upload), then the tenant's cache salt.
+    app.add_middleware(CacheSalt)
     app.add_middleware(
         Admission,
         metrics=metrics,
@@ -112,7 +118,10 @@ def create_app(
         queue=settings.max_queued_requests,
         state=app.state,
     )
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        BodyReader, max_bytes=settings.max_request_bytes, timeout=settings.body_timeout
+    )
+    app.add_middleware(WriteDeadline, timeout=settings.body_timeout)
     if settings.api_keys:
         app.add_middleware(ApiKeyAuth, keys=settings.api_keys)
     if settings.cors_origins:
@@ -123,6 +132,8 @@ def create_app(
             allow_headers=["authorization", "content-type", "x-request-id"],
             expose_headers=["x-request-id"],
         )
+    hosts = settings.allowed_hosts or default_allowed_hosts(settings.host)
+    app.add_middleware(AllowedHosts, hosts=hosts)
     app.add_middleware(RequestContext, metrics=metrics)
     _install_error_handlers(app)
     model_name = settings.served_model_name
@@ -320,34 +331,6 @@ async def _stop(running: list[asyncio.Future[ModelOutputThunk]], thunks: list[An
     for thunk in thunks:
         if not thunk.is_computed():
             await thunk.aclose()
-
-
-DISCONNECT_POLL_SECONDS = 0.25
-
-
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
-    """Await ``work`` for a non-streamed reply; ``None`` if the client left first.
-
-    Leaving cancels ``work``, which closes the generation, so nobody's reply keeps
-    the engine busy.
-    """
-    task = asyncio.ensure_future(work)
-
-    async def gone() -> None:
-        while not await request.is_disconnected():
-            await asyncio.sleep(DISCONNECT_POLL_SECONDS)
-
-    watcher = asyncio.ensure_future(gone())
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    log.info("client left before its reply was ready; generation cancelled")
-    return None
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -1,49 +1,203 @@
-"""Refuse request bodies over a size limit without reading them whole."""
+"""Slow clients: the whole request body is read first, within a size limit (413) and a
+deadline (408), and a client that stops taking in its reply is dropped.
+
+Admission comes after this, so a client that sends its body slowly (or never) holds a
+connection, not one of the server's concurrency slots; nor can one that never reads
+its reply keep its slot once its send buffers are full.
+"""
 
 from __future__ import annotations
 
-from starlette.exceptions import HTTPException
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cli.serve.responses import send_error
 
+log = logging.getLogger("mellea.serve")
+_BODY = "body"  # where the read body waits in the request's ``scope["state"]``
+_FACTS = "body_facts"
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
 
-class BodySizeLimit:
-    """ASGI middleware: a body over ``max_bytes`` gets 413.
 
-    A declared ``Content-Length`` over the limit is refused before any of the body
-    is read; a chunked body is counted as it arrives and cut off at the limit.
+class BodyReader:
+    """ASGI middleware: the body is read whole before the app runs, then handed on.
+
+    A body over ``max_bytes`` gets 413. Up to twice the limit it is read to its end
+    (and dropped) first, so that the client, still sending, gets to read the answer; a
+    declared ``Content-Length`` beyond that is refused before any of the body is read.
+    A body not complete ``timeout`` seconds after its headers came gets 408. Either
+    way the connection is closed.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float | None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send)
+        if declared is not None and declared.isdigit() and int(declared) > 2 * self.max_bytes:
+            await self._too_large(send)
             return
+        try:
+            async with asyncio.timeout(self.timeout):
+                body = await self._read(receive)
+        except TimeoutError:
+            await send_error(
+                send,
+                408,
+                f"the request body did not arrive within {self.timeout:g} s",
+                code="request_timeout",
+                headers={"connection": "close"},
+            )
+            return
+        except _TooLarge:
+            await self._too_large(send)
+            return
+        if body is None:  # the client left while sending
+            return
+        scope.setdefault("state", {})[_BODY] = body
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        chunks: list[bytes] = []
         seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > 2 * self.max_bytes:
+                raise _TooLarge
+            if seen > self.max_bytes:
+                chunks.clear()  # read on to the end, keeping nothing
+            else:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
                 if seen > self.max_bytes:
-                    raise HTTPException(413, self._message())
-            return message
+                    raise _TooLarge
+                return b"".join(chunks)
 
-        await self.app(scope, counted, send)
-
-    def _message(self) -> str:
-        return f"request body is larger than the limit of {self.max_bytes} bytes"
-
-    async def _refuse(self, send: Send) -> None:
+    async def _too_large(self, send: Send) -> None:
         await send_error(
-            send, 413, self._message(), code="request_too_large", headers={"connection": "close"}
+            send,
+            413,
+            f"request body is larger than the limit of {self.max_bytes} bytes",
+            code="request_too_large",
+            headers={"connection": "close"},
         )
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class WriteDeadline:
+    """ASGI middleware: a reply whose client takes in nothing for ``timeout`` seconds
+    (its buffers full: it stopped reading) is abandoned and the connection closed, so
+    its generation and its concurrency slot are freed."""
+
+    def __init__(self, app: ASGIApp, timeout: float | None) -> None:
+        self.app = app
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.timeout is None:
+            await self.app(scope, receive, send)
+            return
+        stalled = False
+
+        async def bounded(message: Message) -> None:
+            nonlocal stalled
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await send(message)
+            except TimeoutError:
+                stalled = True
+                raise _WriteStalled from None
+
+        try:
+            await self.app(scope, receive, bounded)
+        except Exception:
+            if not stalled:
+                raise
+            # Returning with the reply unfinished makes the server close the connection.
+            log.info("the client took in nothing for %g s; its reply is abandoned", self.timeout)
+
+
+class _WriteStalled(Exception):
+    pass
+
+
+def rewound(scope: Scope, receive: Receive) -> Receive:
+    """``receive`` that gives the read body first again: for a middleware that read past it
+    (to see whether the client left) before handing the request on."""
+    return _replay(scope["state"][_BODY], receive)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives the read body once, then waits for the client (disconnect)."""
+    given = False
+
+    async def replayed() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+@dataclass(frozen=True)
+class BodyFacts:
+    """What the middleware needs to know of a request body, read once per request."""
+
+    generations: int = 1  # prompts x ``n`` on completions, ``n`` on chat, else 1
+    cache_salt: Any = None  # as sent: the middleware using it checks it
+
+
+def body_facts(scope: Scope) -> BodyFacts:
+    """The facts of this request's body (read by :class:`BodyReader`); a body that is not
+    a JSON object gives the defaults (the route's own parsing answers it with a 400)."""
+    state = scope.setdefault("state", {})
+    facts = state.get(_FACTS)
+    if facts is None:
+        facts = state[_FACTS] = _facts(scope["path"], state.get(_BODY) or b"")
+    return facts
+
+
+def _facts(path: str, body: bytes) -> BodyFacts:
+    if not body.lstrip().startswith(b"{"):
+        return BodyFacts()
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return BodyFacts()
+    if not isinstance(data, dict):
+        return BodyFacts()
+    salt = data.get("cache_salt")
+    n = data.get("n")
+    choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+    if path == COMPLETIONS:
+        choices *= _prompt_count(data.get("prompt"))
+    elif path != CHAT:
+        choices = 1
+    return BodyFacts(choices, salt)
+
+
+def _prompt_count(prompt: Any) -> int:
+    """How many prompts ``prompt`` holds: a list of strings or of token lists is several."""
+    if isinstance(prompt, list) and prompt and not all(isinstance(p, int) for p in prompt):
+        return len(prompt)
+    return 1

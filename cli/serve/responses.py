@@ -15,11 +15,12 @@ async def send_error(
     message: str,
     *,
     code: str | None = None,
+    param: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> None:
     """Write a complete JSON error response with ``status``."""
     body = json.dumps(
-        error_body(message, ERROR_TYPES.get(status, "invalid_request_error"), None, code)
+        error_body(message, ERROR_TYPES.get(status, "invalid_request_error"), param, code)
     ).encode()
     raw_headers = [
         (b"content-type", b"application/json"),

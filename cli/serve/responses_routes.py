@@ -10,11 +10,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from cli.serve.disconnect import unless_disconnected
 from cli.serve.observability import ServerMetrics, StreamTimer, record_usage
 from cli.serve.settings import ServeSettings
+from cli.serve.tenancy import tenant_of
 from mellea.serve.completion import run_program
 from mellea.serve.errors import OpenAIError, as_openai_error
 from mellea.serve.parsers import ReplyParser
@@ -48,24 +50,29 @@ def add_responses_routes(
     """Serve the Responses API on ``app`` (it runs ``app.state.program``).
 
     ``reply_parser(request)`` gives fresh parsers for one reply (it reads ``tools`` and
-    ``tool_choice``). Responses are kept, within the count and age bounds of the settings,
-    in SQLite: the file ``settings.responses_db``
-    (shared by worker processes) or, without one, an in-memory database of this app.
+    ``tool_choice``). Responses are kept, within the count, age and size bounds of the
+    settings, in SQLite: the file ``settings.responses_db`` (shared by worker processes)
+    or, without one, an in-memory database of this app. A response belongs to the
+    tenant (API key) that created it; to any other it does not exist.
     """
     store = ResponseStore(
-        settings.responses_db, settings.responses_max_count, settings.responses_max_age
+        settings.responses_db,
+        settings.responses_max_count,
+        settings.responses_max_age,
+        settings.responses_max_bytes,
     )
     app.state.responses_store = store
     running: dict[str, _Running] = {}
     model_name = settings.served_model_name
 
     @app.post("/v1/responses", response_model=None)
-    async def create_response(body: ResponsesRequest) -> Response:
+    async def create_response(body: ResponsesRequest, request: Request) -> Response:
         """Run the program on a Responses request; stream the events when asked to."""
         started = time.monotonic()
         deadline = started + settings.request_timeout if settings.request_timeout else None
+        owner = tenant_of(request.scope)
         tools = check_request(body)
-        history = _history(store, body.previous_response_id)
+        history = _history(store, body.previous_response_id, owner)
         items = input_items(body.input or "")
         args = serve_arguments(body, tools, [*history, *items])
         response = new_response(body, tools, model_name)
@@ -77,7 +84,7 @@ def add_responses_routes(
             return ResponseRun(
                 source,
                 response,
-                _Sink(store, record, running, state),
+                _Sink(store, record, running, state, owner),
                 parser=reply_parser(body),
                 deadline=deadline,
                 cancel=state.signal if record is not None else None,  # unstored: 404 on cancel
@@ -87,8 +94,8 @@ def add_responses_routes(
 
         if not body.stream:
             whole = run(task, _UsageRecorder(metrics))
-            async for _ in whole.events():
-                pass
+            if not await unless_disconnected(request, _drain(whole)):
+                return Response(status_code=499)  # the client left; only the access log sees it
             if whole.failure is not None:
                 raise as_openai_error(whole.failure)
             return JSONResponse(whole.final)
@@ -103,6 +110,7 @@ def add_responses_routes(
 
     @app.get("/v1/responses/{response_id}", response_model=None)
     async def retrieve_response(
+        request: Request,
         response_id: str,
         stream: bool = False,
         starting_after: int | None = Query(None, ge=0),
@@ -112,7 +120,7 @@ def add_responses_routes(
         With ``stream=true`` its events are sent again, after ``starting_after`` if given;
         a response still running is replayed once it ends.
         """
-        stored = _stored(store, response_id)
+        stored = _stored(store, response_id, tenant_of(request.scope))
         if not stream:
             return JSONResponse(stored.response)
         return stream_response(
@@ -137,21 +145,22 @@ def add_responses_routes(
             yield event
 
     @app.delete("/v1/responses/{response_id}", response_model=None)
-    async def delete_response(response_id: str) -> Response:
+    async def delete_response(request: Request, response_id: str) -> Response:
         """Forget a stored response."""
-        if not store.delete(response_id):
+        if not store.delete(response_id, tenant_of(request.scope)):
             raise _not_found(response_id)
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
     @app.get("/v1/responses/{response_id}/input_items", response_model=None)
     async def list_input_items(
+        request: Request,
         response_id: str,
         limit: int = Query(20, ge=1, le=100),
         order: Literal["asc", "desc"] = "desc",
         after: str | None = None,
     ) -> Response:
         """The input items the response was created with, a page at a time."""
-        items = _stored(store, response_id).input
+        items = _stored(store, response_id, tenant_of(request.scope)).input
         if order == "desc":
             items = items[::-1]
         if after is not None:
@@ -171,9 +180,9 @@ def add_responses_routes(
         )
 
     @app.post("/v1/responses/{response_id}/cancel", response_model=None)
-    async def cancel_response(response_id: str) -> Response:
+    async def cancel_response(request: Request, response_id: str) -> Response:
         """Stop a response still being generated; it ends ``cancelled`` with what it had."""
-        result = store.cancel(response_id)
+        result = store.cancel(response_id, tenant_of(request.scope))
         if result is None:
             raise _not_found(response_id)
         before, response = result
@@ -197,6 +206,13 @@ def add_responses_routes(
         return JSONResponse(stored.response if stored is not None else response)
 
 
+async def _drain(run: ResponseRun) -> bool:
+    """Run a non-streamed response to its end (cancelled, its run ends ``cancelled``)."""
+    async for _ in run.events():
+        pass
+    return True
+
+
 @dataclass
 class _Running:
     """A response being generated in this process: how to cancel it, and when it ended."""
@@ -213,13 +229,14 @@ class _Sink:
     record: StoredResponse | None
     running: dict[str, _Running]
     state: _Running
+    owner: str  # the tenant the stored response belongs to
 
     def started(self, response: dict[str, Any]) -> None:
         """Store the in-progress response and make it cancellable."""
         self.running[response["id"]] = self.state
         if self.record is not None:
             self.record.response = response
-            self.store.create(self.record)
+            self.store.create(self.record, self.owner)
 
     def finished(self, response: dict[str, Any]) -> dict[str, Any]:
         """Store the final response; a cancel that came first keeps its status."""
@@ -244,11 +261,11 @@ class _UsageRecorder:
         record_usage(self.metrics, usage)
 
 
-def _history(store: ResponseStore, previous_id: str | None) -> list[dict[str, Any]]:
+def _history(store: ResponseStore, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
     """The conversation a ``previous_response_id`` continues (its instructions stay behind)."""
     if previous_id is None:
         return []
-    previous = store.get(previous_id)
+    previous = store.get(previous_id, owner)
     if previous is None:
         raise OpenAIError(
             400,
@@ -274,8 +291,9 @@ def _cancel_check(
     return lambda: store.status(response_id) == "cancelled"
 
 
-def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
-    stored = store.get(response_id)
+def _stored(store: ResponseStore, response_id: str, owner: str) -> StoredResponse:
+    """The tenant's stored response (another tenant's is as unknown as a missing one)."""
+    stored = store.get(response_id, owner)
     if stored is None:
         raise _not_found(response_id)
     return stored

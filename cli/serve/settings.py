@@ -23,12 +23,15 @@ class ServeSettings:
     reload: bool = False
     workers: int = 1
     max_request_bytes: int = 16 * 1024 * 1024
+    body_timeout: float | None = 30.0  # seconds to receive a whole request body; None: no limit
     keepalive_seconds: float = 5.0
     # How long a streaming request waits for serve() before committing to a 200:
     # failures within this window get a real HTTP status instead of an error frame.
     first_result_wait: float = 1.0
     api_keys: list[str] = field(default_factory=list)
     cors_origins: list[str] = field(default_factory=list)
+    # Host header names served (None: localhost, IP addresses and the bound name).
+    allowed_hosts: list[str] | None = None
     max_concurrent_requests: int | None = None
     max_queued_requests: int = 0
     request_timeout: float | None = None
@@ -40,6 +43,7 @@ class ServeSettings:
     responses_db: str | None = None
     responses_max_count: int | None = 10_000  # None: no bound
     responses_max_age: float | None = 30 * 24 * 3600.0  # seconds; None: kept forever
+    responses_max_bytes: int | None = 256 * 1024 * 1024  # records' JSON; None: no bound
     kv_cache_memory: str | None = None
 
     @property
@@ -93,6 +97,26 @@ def check_settings(settings: ServeSettings) -> None:
             get_reasoning_parser(settings.reasoning_parser)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
+
+
+_BYTE_UNITS = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+
+
+def parse_bytes(text: str) -> int:
+    """``"256MiB"``, ``"1GB"``, ``"4096"`` (bytes), in bytes."""
+    cleaned = text.strip().upper().removesuffix("B") + "B"
+    factor, number = 1, text.strip()
+    for unit, size in _BYTE_UNITS.items():
+        if cleaned.endswith(unit):
+            factor, number = size, cleaned[: -len(unit)]
+            break
+    try:
+        value = float(number) * factor
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size; try 256MiB, 1GiB or 1000000") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{text!r}: give a finite, non-negative size")
+    return int(value)
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

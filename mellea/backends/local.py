@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from mellea.backends.base import Backend, openai_tools, schema_hint
+from mellea.backends.cache_salt import current_cache_salt
 from mellea.backends.logprobs import TokenTexts, engine_logprobs, token_texts
 from mellea.backends.model_options import ModelOption
 from mellea.backends.tool_parsing import lift_tool_calls, tool_functions, tool_parser_name
@@ -142,6 +143,7 @@ class LocalBackend(Backend):
             # hermes format the server's default tool-call parser reads.
             prompt = self.engine.apply_chat_template(with_tool_instructions(messages, tools))
         params = sampling_params(options)
+        params.cache_salt = current_cache_salt()
         forced_tools = _forced_tools(tools, options.get(ModelOption.TOOL_CHOICE))
         try:
             params.grammar = _grammar(format, options.get("response_format"), forced_tools)

@@ -7,6 +7,9 @@ a block whose count drops to zero goes back on the free list but keeps its hash,
 so a later request can still reuse it, until it is taken for new tokens. The free
 list is LRU: blocks are taken from its front and freed onto its back; blocks
 without a hash are put in front, as nobody can reuse them.
+
+A sequence's ``cache_salt`` (see ``SamplingParams``) seeds the chain of its first
+block, so sequences with different salts never share a cached block.
 """
 
 from __future__ import annotations
@@ -23,6 +26,15 @@ def block_hash(previous: bytes | None, token_ids: list[int]) -> bytes:
     digest = hashlib.blake2b(previous or b"", digest_size=16)
     digest.update(array("q", token_ids).tobytes())
     return digest.digest()
+
+
+def salt_root(salt: str | None) -> bytes | None:
+    """The hash a sequence's chain starts from: none without a salt, else one of its own."""
+    if not salt:
+        return None
+    return hashlib.blake2b(
+        salt.encode("utf-8", "surrogatepass"), digest_size=16, person=b"salt"
+    ).digest()
 
 
 class BlockManager:
@@ -63,7 +75,7 @@ class BlockManager:
             return []
         bs = self.block_size
         hits: list[int] = []
-        previous = None
+        previous = salt_root(seq.params.cache_salt)
         for i in range((seq.num_tokens - 1) // bs):
             h = block_hash(previous, seq.token_ids[i * bs : (i + 1) * bs])
             block = self.cached.get(h)
@@ -113,7 +125,9 @@ class BlockManager:
             return
         bs = self.block_size
         for i in range(len(seq.block_hashes), seq.num_computed // bs):
-            previous = seq.block_hashes[-1] if seq.block_hashes else None
+            previous = (
+                seq.block_hashes[-1] if seq.block_hashes else salt_root(seq.params.cache_salt)
+            )
             h = block_hash(previous, seq.token_ids[i * bs : (i + 1) * bs])
             seq.block_hashes.append(h)
             block = seq.block_table[i]

@@ -37,6 +37,9 @@ class SamplingParams:
     # log-softmax of the model's raw next-token logits, taken before logit bias,
     # penalties, temperature, top-k/top-p/min-p and the grammar mask.
     logprobs: int | None = None
+    # Partitions the prefix cache: only requests with the same salt share cached blocks
+    # (the server salts each API key's requests, so no tenant can probe another's prompts).
+    cache_salt: str | None = None
 
 
 @dataclass

@@ -117,3 +117,18 @@ def test_duplicate_content_is_cached_once():
     assert len(bm.cached) == 1
     assert bm.hashes[b.block_table[0]] is None
     assert b.block_hashes == a.block_hashes
+
+
+def test_a_cache_salt_partitions_the_prefix_cache():
+    bm = BlockManager(num_blocks=16, block_size=4)
+    tokens = list(range(13))
+
+    def salted(salt: str | None, rid: str) -> Sequence:
+        return Sequence(rid, tokens, SamplingParams(cache_salt=salt), max_tokens=10)
+
+    assert admit(bm, salted("tenant-a", "a1")) == 0
+    assert admit(bm, salted("tenant-b", "b1")) == 0  # same tokens, another salt: no hit
+    assert admit(bm, salted(None, "n1")) == 0  # nor without one
+    assert admit(bm, salted("tenant-a", "a2")) == 3
+    assert admit(bm, salted("tenant-b", "b2")) == 3
+    assert admit(bm, salted(None, "n2")) == 3

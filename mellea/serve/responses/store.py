@@ -5,7 +5,8 @@ response object, the request's own input items, and the items of the conversatio
 before it (so ``previous_response_id`` chains without walking back).
 
 The store is bounded: responses older than ``max_age`` seconds are gone, and beyond
-``max_count`` the oldest finished ones are evicted as new ones arrive.
+``max_count`` responses or ``max_bytes`` of records the oldest finished ones are evicted
+as new ones arrive. The history a record keeps is only what a continuing program reads.
 """
 
 from __future__ import annotations
@@ -24,19 +25,33 @@ CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
     status TEXT NOT NULL,
     record TEXT NOT NULL,
-    created REAL NOT NULL DEFAULT 0
+    created REAL NOT NULL DEFAULT 0,
+    size INTEGER NOT NULL DEFAULT 0,
+    owner TEXT NOT NULL DEFAULT ''
 )
 """
-# Files written before ``created`` existed get the column, filled from the records.
-_ADD_CREATED = (
-    "ALTER TABLE responses ADD COLUMN created REAL NOT NULL DEFAULT 0",
-    "UPDATE responses SET created = COALESCE(json_extract(record, '$.response.created_at'), 0)",
-)
+# Files written before a column existed get it, filled from the records.
+_ADD_COLUMNS = {
+    "created": (
+        "ALTER TABLE responses ADD COLUMN created REAL NOT NULL DEFAULT 0",
+        "UPDATE responses SET created = COALESCE(json_extract(record, '$.response.created_at'), 0)",
+    ),
+    "size": (
+        "ALTER TABLE responses ADD COLUMN size INTEGER NOT NULL DEFAULT 0",
+        "UPDATE responses SET size = length(CAST(record AS BLOB))",
+    ),
+    "owner": ("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''",),
+}
 _INDEX = "CREATE INDEX IF NOT EXISTS responses_created ON responses (created)"
-# A response is visible while young enough, or while still running.
-_LIVE = "(created >= ? OR status = 'in_progress')"
+# A response is visible while young enough, or while still running, and to its owner
+# (the parameters: the expiry time, then the owner twice; a None owner sees all).
+_LIVE = "(created >= ? OR status = 'in_progress') AND (? IS NULL OR owner = ?)"
 DEFAULT_MAX_COUNT = 10_000
 DEFAULT_MAX_AGE = 30 * 24 * 3600.0  # seconds
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+# What of a response's items a continuing program never reads (see ``chat_messages``).
+_UNREAD_ITEM_KEYS = ("id", "status")
+_UNREAD_PART_KEYS = ("logprobs", "annotations")
 
 
 @dataclass
@@ -58,15 +73,21 @@ class StoredResponse:
         return self.response["status"]
 
     def conversation(self) -> list[dict[str, Any]]:
-        """What a response continuing this one sees: history, input, then output."""
-        return [*self.history, *self.input, *self.response.get("output", [])]
+        """What a response continuing this one sees: history, input, then output.
+
+        Only what a program reads of them is kept: no reasoning items, ids, statuses,
+        log-probabilities or annotations.
+        """
+        items = [*self.history, *self.input, *self.response.get("output", [])]
+        return [_readable(item) for item in items if item.get("type") != "reasoning"]
 
 
 class ResponseStore:
     """Responses by id. Safe to use from any thread; the methods are short transactions.
 
     ``path`` is a database file (several processes may share it) or ``None`` for an
-    in-memory database.
+    in-memory database. Each response has an owner (a tenant id, ``""`` for none); the
+    methods taking ``owner`` act only on that owner's responses (``None``: on any).
     """
 
     def __init__(
@@ -74,11 +95,16 @@ class ResponseStore:
         path: str | None = None,
         max_count: int | None = DEFAULT_MAX_COUNT,
         max_age: float | None = DEFAULT_MAX_AGE,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
     ) -> None:
-        """Open (and create if needed) the database; ``None`` lifts a bound."""
+        """Open (and create if needed) the database; ``None`` lifts a bound.
+
+        ``max_bytes`` bounds the records' JSON text (UTF-8), all responses together.
+        """
         self.shared = path is not None
         self.max_count = max_count
         self.max_age = max_age
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._db = sqlite3.connect(
             path or ":memory:", check_same_thread=False, timeout=10.0, isolation_level=None
@@ -89,9 +115,10 @@ class ResponseStore:
         with _transaction(self._db):
             self._db.execute(_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
-            if "created" not in columns:
-                for statement in _ADD_CREATED:
-                    self._db.execute(statement)
+            for column, statements in _ADD_COLUMNS.items():
+                if column not in columns:
+                    for statement in statements:
+                        self._db.execute(statement)
             self._db.execute(_INDEX)
 
     def close(self) -> None:
@@ -99,18 +126,21 @@ class ResponseStore:
         with self._lock:
             self._db.close()
 
-    def create(self, record: StoredResponse) -> None:
-        """Store a new response, evicting what is past the bounds."""
+    def create(self, record: StoredResponse, owner: str = "") -> None:
+        """Store a new response of ``owner``, evicting what is past the bounds."""
         created = float(record.response.get("created_at") or time.time())
+        text = _dump(record)
         with self._lock, _transaction(self._db):
             self._db.execute(
-                "INSERT INTO responses (id, status, record, created) VALUES (?, ?, ?, ?)",
-                (record.id, record.status, _dump(record), created),
+                "INSERT INTO responses (id, status, record, created, size, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (record.id, record.status, text, created, _size(text), owner),
             )
             self._evict()
 
     def _evict(self) -> None:
-        """Drop expired responses and, beyond ``max_count``, the oldest finished ones."""
+        """Drop expired responses and, beyond ``max_count`` or ``max_bytes``, the oldest
+        finished ones (a response in progress stays, and counts)."""
         if self.max_age is not None:
             self._db.execute(
                 "DELETE FROM responses WHERE created < ? AND status != 'in_progress'",
@@ -123,30 +153,43 @@ class ResponseStore:
                 "LIMIT -1 OFFSET ?)",
                 (self.max_count,),
             )
+        if self.max_bytes is not None:
+            (total,) = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()
+            if total > self.max_bytes:
+                (running,) = self._db.execute(
+                    "SELECT COALESCE(SUM(size), 0) FROM responses WHERE status = 'in_progress'"
+                ).fetchone()
+                self._db.execute(
+                    "DELETE FROM responses WHERE id IN (SELECT id FROM (SELECT id, SUM(size) "
+                    "OVER (ORDER BY created DESC, rowid DESC) AS kept FROM responses "
+                    "WHERE status != 'in_progress') WHERE kept > ?)",
+                    (self.max_bytes - running,),
+                )
 
     def _oldest(self) -> float:
         """The creation time before which a response has expired."""
         return time.time() - self.max_age if self.max_age is not None else float("-inf")
 
-    def get(self, response_id: str) -> StoredResponse | None:
+    def get(self, response_id: str, owner: str | None = None) -> StoredResponse | None:
         """The stored response, or None."""
         with self._lock:
-            return self._read(response_id)
+            return self._read(response_id, owner)
 
-    def status(self, response_id: str) -> str | None:
+    def status(self, response_id: str, owner: str | None = None) -> str | None:
         """Just the status of a stored response (cheap enough to poll)."""
         with self._lock:
             row = self._db.execute(
                 f"SELECT status FROM responses WHERE id = ? AND {_LIVE}",
-                (response_id, self._oldest()),
+                (response_id, *self._live(owner)),
             ).fetchone()
         return row[0] if row else None
 
-    def delete(self, response_id: str) -> bool:
+    def delete(self, response_id: str, owner: str | None = None) -> bool:
         """Forget a response; False if there was none."""
         with self._lock:
             cursor = self._db.execute(
-                f"DELETE FROM responses WHERE id = ? AND {_LIVE}", (response_id, self._oldest())
+                f"DELETE FROM responses WHERE id = ? AND {_LIVE}",
+                (response_id, *self._live(owner)),
             )
         return cursor.rowcount > 0
 
@@ -168,14 +211,16 @@ class ResponseStore:
             self._evict()
         return response
 
-    def cancel(self, response_id: str) -> tuple[str, dict[str, Any]] | None:
+    def cancel(
+        self, response_id: str, owner: str | None = None
+    ) -> tuple[str, dict[str, Any]] | None:
         """Mark an in-progress response ``cancelled``.
 
         Returns (the status it had, the stored response), or None if there is no such
         response; only an ``in_progress`` one changes.
         """
         with self._lock, _transaction(self._db):
-            record = self._read(response_id)
+            record = self._read(response_id, owner)
             if record is None:
                 return None
             before = record.status
@@ -184,17 +229,21 @@ class ResponseStore:
                 self._write(record)
         return before, record.response
 
-    def _read(self, response_id: str) -> StoredResponse | None:
+    def _live(self, owner: str | None) -> tuple[float, str | None, str | None]:
+        return self._oldest(), owner, owner
+
+    def _read(self, response_id: str, owner: str | None = None) -> StoredResponse | None:
         row = self._db.execute(
             f"SELECT record FROM responses WHERE id = ? AND {_LIVE}",
-            (response_id, self._oldest()),
+            (response_id, *self._live(owner)),
         ).fetchone()
         return _load(row[0]) if row else None
 
     def _write(self, record: StoredResponse) -> None:
+        text = _dump(record)
         self._db.execute(
-            "UPDATE responses SET status = ?, record = ? WHERE id = ?",
-            (record.status, _dump(record), record.id),
+            "UPDATE responses SET status = ?, record = ?, size = ? WHERE id = ?",
+            (record.status, text, _size(text), record.id),
         )
 
 
@@ -215,6 +264,23 @@ def _dump(record: StoredResponse) -> str:
         {"response": record.response, "input": record.input, "history": record.history},
         ensure_ascii=False,
     )
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _readable(item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` without what a program never reads of it."""
+    kept = {k: v for k, v in item.items() if k not in _UNREAD_ITEM_KEYS}
+    if isinstance(kept.get("content"), list):
+        kept["content"] = [
+            {k: v for k, v in part.items() if k not in _UNREAD_PART_KEYS}
+            if isinstance(part, dict)
+            else part
+            for part in kept["content"]
+        ]
+    return kept
 
 
 def _load(text: str) -> StoredResponse:

@@ -1,0 +1,110 @@
+"""Admission counts generations, reads whole bodies first, and queues first come first served."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+from cli.serve.admission import Admission
+from cli.serve.limits import BodyReader, body_facts
+from cli.serve.observability import ServerMetrics
+
+
+def http_scope(path: str, body: bytes) -> dict:
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": [(b"content-length", str(len(body)).encode())],
+        "state": {"body": body},
+    }
+
+
+def test_body_facts_count_generations():
+    def facts(path: str, body: object):
+        return body_facts(http_scope(path, json.dumps(body).encode()))
+
+    assert facts("/v1/chat/completions", {"n": 3}).generations == 3
+    assert facts("/v1/completions", {"prompt": ["a", "b"], "n": 2}).generations == 4
+    assert facts("/v1/completions", {"prompt": [1, 2, 3]}).generations == 1  # one token list
+    assert facts("/v1/completions", {"prompt": [[1], [2]]}).generations == 2
+    assert facts("/v1/responses", {"n": 5}).generations == 1
+    assert facts("/v1/chat/completions", {"n": "x", "cache_salt": "s"}).cache_salt == "s"
+    assert body_facts(http_scope("/v1/completions", b"[not json")).generations == 1
+
+
+async def test_a_request_with_n_choices_takes_n_slots():
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def app(scope, receive, send):
+        started.append((await receive())["body"])
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    admission = Admission(app, ServerMetrics(), limit=2, queue=1, state=SimpleNamespace())
+    sent: list[list[dict]] = [[], [], [], []]
+
+    def sender(i: int):
+        async def send(message: dict) -> None:
+            sent[i].append(message)
+
+        return send
+
+    def receiver(i: int):
+        given = False
+
+        async def receive() -> dict:
+            nonlocal given
+            if not given:
+                given = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await left[i].wait()
+            return {"type": "http.disconnect"}
+
+        return receive
+
+    left = [asyncio.Event() for _ in range(4)]
+
+    def call(i: int, body: dict) -> asyncio.Future:
+        scope = http_scope("/v1/chat/completions", json.dumps(body).encode())
+        return asyncio.ensure_future(admission(scope, receiver(i), sender(i)))
+
+    calls = [call(0, {"n": 2}), call(1, {"n": 1}), call(2, {"n": 1})]
+    await asyncio.sleep(0.05)
+    assert len(started) == 1  # n=2 holds both slots, the second waits in the queue
+    assert sent[2][0]["status"] == 429  # and the queue is full
+    left[1].set()  # the queued client leaves: its place is free again
+    await asyncio.sleep(0.05)
+    assert calls[1].done() and not sent[1]
+    calls.append(call(3, {"n": 1}))
+    await asyncio.sleep(0.05)
+    assert not sent[3]  # queued, not refused
+    release.set()
+    await asyncio.gather(*calls)
+    assert started == [b"", b'{"n": 1}']  # a request that waited gets its body still
+    assert admission.running == 0 and sent[3][0]["status"] == 200
+
+
+async def test_body_reader_gives_the_whole_body_then_disconnect():
+    messages = [
+        {"type": "http.request", "body": b'{"a"', "more_body": True},
+        {"type": "http.request", "body": b": 1}", "more_body": False},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict:
+        return messages.pop(0)
+
+    seen: list[dict] = []
+
+    async def app(scope, receive, send):
+        seen.append(await receive())
+        seen.append(await receive())
+
+    reader = BodyReader(app, max_bytes=100, timeout=1.0)
+    await reader({"type": "http", "path": "/", "headers": []}, receive, None)
+    assert seen[0] == {"type": "http.request", "body": b'{"a": 1}', "more_body": False}
+    assert seen[1]["type"] == "http.disconnect"
