@@ -9,6 +9,7 @@ from mellea.backends.model_options import ModelOption
 from mellea.core.requirement import Requirement, ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
+from mellea.core.trace import current_trace
 from mellea.stdlib._sync import run_sync
 from mellea.stdlib.context import Context, Message, SimpleContext
 from mellea.stdlib.requirements import as_requirement
@@ -91,16 +92,24 @@ class MelleaSession:
         if strategy is DEFAULT:
             strategy = RejectionSamplingStrategy(loop_budget=2)
         messages = self._messages_for(text, options)
+        trace = current_trace()
+        sampling = strategy is not None and bool(reqs)
 
         async def generate(attempt: int) -> ModelOutputThunk:
-            return await self.backend.generate(
+            thunk = await self.backend.generate(
                 messages,
                 model_options=_reseeded(options, attempt),
                 format=format,
                 tool_calls=tool_calls,
             )
+            if trace is not None:
+                if sampling:
+                    trace.attempt_started(attempt, thunk)
+                else:
+                    trace.model_call(thunk, "generate")
+            return thunk
 
-        if strategy is None or not reqs:
+        if not sampling:
             thunk = await generate(0)
             self._record(text, thunk)
             if await_result:
@@ -114,9 +123,19 @@ class MelleaSession:
             thunk: ModelOutputThunk, to_check: list[Requirement]
         ) -> list[tuple[Requirement, ValidationResult]]:
             ctx = self.ctx.add(Message("user", text)).add(Message("assistant", thunk=thunk))
-            return [(r, await self._validate_one(r, ctx)) for r in to_check]
+            checks = []
+            for r in to_check:
+                checks.append((r, await self._validate_one(r, ctx)))
+                if trace is not None:
+                    trace.requirement_checked(thunk, r, checks[-1][1])
+            return checks
 
+        assert strategy is not None
+        if trace is not None:
+            trace.sampling_started()
         result = await strategy.asample(generate, validate, reqs)
+        if trace is not None:
+            trace.sampled(result)
         self._record(text, result.result)
         return result if return_sampling_results else result.result
 
@@ -144,6 +163,9 @@ class MelleaSession:
         thunk = await self.backend.generate(
             messages, model_options=options, format=format, tool_calls=tool_calls
         )
+        trace = current_trace()
+        if trace is not None:
+            trace.model_call(thunk, "chat")
         reply = await thunk.avalue()
         self.ctx = self.ctx.add(Message(role, content)).add(Message("assistant", thunk=thunk))
         return Message("assistant", reply, thunk)
@@ -190,6 +212,9 @@ class MelleaSession:
         judge = await self.backend.generate(
             [{"role": "user", "content": question}], model_options=dict(JUDGE_OPTIONS)
         )
+        trace = current_trace()
+        if trace is not None:
+            trace.judged(judge, requirement)
         answer = await judge.avalue()
         return ValidationResult(requirement.output_to_bool(answer), reason=answer, thunk=judge)
 

@@ -1,0 +1,103 @@
+"""The program trace: what the session reports, from async code, worker threads and run_sync."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+from mellea.core.trace import ProgramTrace, current_trace, recording
+from mellea.serve import ChatMessage
+from mellea.stdlib._sync import run_sync
+from tests.programs import events_sampler
+from tests.programs.events_sampler import GREETING, REPLY
+
+
+def _ask(text: str) -> list[ChatMessage]:
+    return [ChatMessage(role="user", content=text)]
+
+
+def _check_sampled(trace: ProgramTrace, served) -> None:
+    sampling = trace.sampling_for(served)
+    assert sampling is not None
+    assert sampling.chosen == 1 and sampling.success is True
+    assert [a.index for a in sampling.attempts] == [0, 1]
+    first, second = sampling.attempts
+    assert [v.passed for v in first.verdicts] == [False, True]
+    assert [v.passed for v in second.verdicts] == [True, True]
+    assert first.verdicts[0].reason == "checked the first words"
+    assert second.thunk is served
+    purposes = [(c.purpose, c.attempt, c.requirement) for c in trace.calls]
+    assert purposes == [
+        ("attempt", 0, None),
+        ("requirement", 0, "Be polite"),
+        ("attempt", 1, None),
+        ("requirement", 1, "Be polite"),
+    ]
+    assert all(c.usage is not None for c in trace.calls)
+
+
+def test_run_sync_copies_the_callers_context():
+    var = contextvars.ContextVar("probe", default="unset")
+
+    async def read() -> str:
+        return var.get()
+
+    var.set("caller")
+    assert run_sync(read()) == "caller"
+    assert contextvars.Context().run(run_sync, read()) == "unset"
+
+
+def test_nothing_is_recorded_without_a_trace():
+    assert current_trace() is None
+    served = events_sampler.serve(_ask("sampled hi"))
+    assert served.value == f"{GREETING} " + REPLY.format(n=1)
+
+
+def test_sync_program_in_a_worker_thread_reports_into_the_trace():
+    async def main():
+        trace = ProgramTrace()
+        with recording(trace):
+            served = await asyncio.to_thread(events_sampler.serve, _ask("sampled hi"))
+        _check_sampled(trace, served)
+
+    asyncio.run(main())
+
+
+def test_live_trace_streams_attempt_text_and_verdicts_in_order():
+    async def main():
+        trace = ProgramTrace(live=True)
+        with recording(trace):
+            work = asyncio.ensure_future(asyncio.to_thread(events_sampler.serve, _ask("sampled")))
+        events = [event async for event in trace.events_while(work)]
+        _check_sampled(trace, work.result())
+        return events
+
+    events = asyncio.run(main())
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "attempt.started" and kinds[-1] == "attempt.chosen"
+    text0 = "".join(e["text"] for e in events if e["type"] == "attempt.delta" and e["attempt"] == 0)
+    assert text0 == REPLY.format(n=0)
+    assert len([e for e in events if e["type"] == "attempt.delta"]) > 4  # word by word
+    checks = [(e["attempt"], e["passed"]) for e in events if e["type"] == "requirement.checked"]
+    assert checks == [(0, False), (0, True), (1, True), (1, True)]
+    assert events[-1] == {
+        "type": "attempt.chosen",
+        "attempt": 1,
+        "requirements_met": True,
+        "attempt_count": 2,
+    }
+    # every attempt's text is complete before its first verdict
+    first_check = kinds.index("requirement.checked")
+    assert kinds.index("attempt.started", 1) > first_check
+
+
+def test_plain_program_records_one_call_and_no_sampling():
+    async def main():
+        trace = ProgramTrace()
+        with recording(trace):
+            served = await asyncio.to_thread(events_sampler.serve, _ask("plain x"))
+        return trace, served
+
+    trace, served = asyncio.run(main())
+    assert trace.samplings == []
+    assert [(c.purpose, c.thunk is served) for c in trace.calls] == [("generate", True)]
