@@ -26,6 +26,7 @@ from cli.serve.reload import watch_program
 from cli.serve.responses_routes import add_responses_routes
 from cli.serve.settings import ServeSettings
 from mellea.core.thunk import ModelOutputThunk
+from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import chat_completion, run_program
 from mellea.serve.errors import (
     ERROR_TYPES,
@@ -199,11 +200,13 @@ def create_app(
         deadline = started + settings.request_timeout if settings.request_timeout else None
         args = serve_arguments(body)
         completion_id, created = new_completion_id(), int(time.time())
+        per_choice = choice_options(args.model_options, body.n or 1)
+        traces = [ProgramTrace(live=_wants_events(body)) for _ in per_choice]
         running = [
             asyncio.ensure_future(
-                run_program(app.state.program.call(replace(args, model_options=o)))
+                run_program(app.state.program.call(replace(args, model_options=o)), trace)
             )
-            for o in choice_options(args.model_options, body.n or 1)
+            for o, trace in zip(per_choice, traces, strict=True)
         ]
         parsers = [reply_parser(body) for _ in running]
         logprobs = bool(body.logprobs)
@@ -218,10 +221,11 @@ def create_app(
                     created=created,
                     model=model_name,
                     logprobs=logprobs,
+                    traces=traces,
                 ),
             )
             return await non_streamed(request, work)
-        await _first_results(running, settings.first_result_wait)
+        await _first_results(running, settings.first_result_wait, traces)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         events = chat_completion_events(
             [task.result() if task.done() else task for task in running],
@@ -233,6 +237,7 @@ def create_app(
             logprobs=logprobs,
             deadline=deadline,
             observer=StreamTimer(metrics, started),
+            traces=traces,
         )
         return streamed(events)
 
@@ -246,9 +251,10 @@ def create_app(
         prompts = [prompt for prompt in body.prompts() for _ in range(n)]
         per_choice = choice_options(options, n) * (len(prompts) // n)
         completion_id, created = new_text_completion_id(), int(time.time())
+        traces = [ProgramTrace(live=_wants_events(body)) for _ in prompts]
         running = [
-            asyncio.ensure_future(run_program(app.state.program.complete(p, o)))
-            for p, o in zip(prompts, per_choice, strict=True)
+            asyncio.ensure_future(run_program(app.state.program.complete(p, o), trace))
+            for p, o, trace in zip(prompts, per_choice, traces, strict=True)
         ]
         logprobs = body.logprobs is not None
         if not body.stream:
@@ -264,10 +270,11 @@ def create_app(
                     echo=bool(body.echo),
                     logprobs=logprobs,
                     n=n,
+                    traces=traces,
                 ),
             )
             return await non_streamed(request, whole)
-        await _first_results(running, settings.first_result_wait)
+        await _first_results(running, settings.first_result_wait, traces)
         events = text_completion_events(
             list(running),
             prompts,
@@ -279,15 +286,35 @@ def create_app(
             logprobs=logprobs,
             n=n,
             deadline=deadline,
+            traces=traces,
         )
         return streamed(events)
 
     return app
 
 
-async def _first_results(running: list[asyncio.Future[ModelOutputThunk]], wait: float) -> None:
-    """Give the program a moment: if a call fails fast, the client gets a real status."""
-    await asyncio.wait(running, timeout=wait)
+def _wants_events(body: ChatCompletionRequest | CompletionRequest) -> bool:
+    """Whether a streamed request asked for the program's live events."""
+    options = body.stream_options
+    return bool(body.stream and options and options.include_program_events)
+
+
+async def _first_results(
+    running: list[asyncio.Future[ModelOutputThunk]],
+    wait: float,
+    traces: list[ProgramTrace] | None = None,
+) -> None:
+    """Give the program a moment: if a call fails fast, the client gets a real status.
+
+    When the client follows the program's progress, its first event ends the wait.
+    """
+    started = [asyncio.ensure_future(t.first_event.wait()) for t in traces or [] if t.first_event]
+    try:
+        until = asyncio.FIRST_COMPLETED if started else asyncio.ALL_COMPLETED
+        await asyncio.wait([*running, *started], timeout=wait, return_when=until)
+    finally:
+        for waiter in started:
+            waiter.cancel()
     for task in running:
         if task.done():
             task.result()

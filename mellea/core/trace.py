@@ -214,12 +214,15 @@ class ProgramTrace:
                 return sampling
         return self.samplings[-1] if self.samplings else None
 
-    async def events_while(self, work: asyncio.Future[Any]) -> AsyncIterator[Event]:
-        """The queued events as they come, until ``work`` is done; then those left over."""
+    async def events_while(self, work: asyncio.Future[Any] | None) -> AsyncIterator[Event]:
+        """The queued events as they come, until ``work`` is done; then those left over.
+
+        With no ``work`` (the program already returned) only the queued events.
+        """
         queue = self._queue
         if queue is None:
             return
-        while not work.done():
+        while work is not None and not work.done():
             getter = asyncio.ensure_future(queue.get())
             try:
                 await asyncio.wait({getter, work}, return_when=asyncio.FIRST_COMPLETED)

@@ -1,0 +1,235 @@
+"""The program on the wire: attempts, requirement verdicts and program usage (issue 14).
+
+A rejection-sampling program whose first attempt fails a requirement and whose second
+passes, served over a real socket: the ``mellea`` extension object of non-streamed
+replies, program usage across every model call, and the opt-in live events of
+``stream_options.include_program_events`` on chat, completions and Responses. The
+scripted program makes the texts and token counts exact; the ``model`` tests do the
+same against the real default model.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.programs.events_sampler import GREETING, JUDGE_PROMPT_TOKENS, PROMPT_TOKENS, REPLY
+from tests.server import PROGRAMS, serve, sse_events
+
+pytestmark = pytest.mark.e2e
+
+FIRST = REPLY.format(n=0)
+ACCEPTED = f"{GREETING} " + REPLY.format(n=1)
+EVENTS = {"include_program_events": True}
+
+
+def _tokens(text: str) -> int:
+    return len(text.split(" "))
+
+
+# attempt 0, its judge, attempt 1, its judge
+PROMPT_TOTAL = 2 * PROMPT_TOKENS + 2 * JUDGE_PROMPT_TOKENS
+COMPLETION_TOTAL = _tokens(FIRST) + _tokens(ACCEPTED) + 2
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serve(PROGRAMS / "events_sampler.py") as running:
+        yield running
+
+
+def _client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0)
+
+
+def _check_report(report: dict[str, Any]) -> None:
+    """The extension object of the sampled run: attempt 0 failed, attempt 1 chosen."""
+    assert report["requirements_met"] is True
+    assert report["attempt_count"] == 2
+    assert report["chosen_attempt"] == 1
+    assert report["requirements"] == [
+        {
+            "description": f"Start with '{GREETING}'",
+            "passed": True,
+            "reason": "checked the first words",
+            "score": None,
+        },
+        {"description": "Be polite", "passed": True, "reason": "yes", "score": None},
+    ]
+    first, second = report["attempts"]
+    assert (first["attempt"], first["text"], first["passed"]) == (0, FIRST, False)
+    assert [r["passed"] for r in first["requirements"]] == [False, True]
+    assert (second["attempt"], second["text"], second["passed"]) == (1, ACCEPTED, True)
+    calls = [(c["purpose"], c["attempt"], c.get("requirement")) for c in report["model_calls"]]
+    assert calls == [
+        ("attempt", 0, None),
+        ("requirement", 0, "Be polite"),
+        ("attempt", 1, None),
+        ("requirement", 1, "Be polite"),
+    ]
+    assert sum(c["prompt_tokens"] for c in report["model_calls"]) == PROMPT_TOTAL
+    assert sum(c["completion_tokens"] for c in report["model_calls"]) == COMPLETION_TOTAL
+
+
+def _check_usage(usage: Any) -> None:
+    assert usage.prompt_tokens == PROMPT_TOTAL
+    assert usage.completion_tokens == COMPLETION_TOTAL
+    assert usage.total_tokens == PROMPT_TOTAL + COMPLETION_TOTAL
+
+
+# -- non-streamed ---------------------------------------------------------------------
+
+
+def test_chat_reply_carries_the_report_and_program_usage(server):
+    reply = _client(server).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "sampled please"}]
+    )
+    choice = reply.choices[0]
+    assert choice.message.content == ACCEPTED
+    _check_report(choice.model_extra["mellea"])
+    _check_usage(reply.usage)
+
+
+def test_completion_reply_carries_the_report_and_program_usage(server):
+    reply = _client(server).completions.create(model="m", prompt="sampled now")
+    assert reply.choices[0].text == ACCEPTED
+    _check_report(reply.choices[0].model_extra["mellea"])
+    _check_usage(reply.usage)
+
+
+def test_response_carries_the_report_and_program_usage(server):
+    response = _client(server).responses.create(model="m", input="sampled then")
+    assert response.output_text == ACCEPTED
+    _check_report(response.model_extra["mellea"])
+    usage = response.usage
+    assert (usage.input_tokens, usage.output_tokens) == (PROMPT_TOTAL, COMPLETION_TOTAL)
+    stored = _client(server).responses.retrieve(response.id)
+    _check_report(stored.model_extra["mellea"])
+
+
+def test_failed_requirements_are_reported(server):
+    reply = _client(server).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "failing please"}]
+    )
+    report = reply.choices[0].model_extra["mellea"]
+    assert report["requirements_met"] is False
+    assert report["attempt_count"] == 2
+    assert report["chosen_attempt"] == 0
+    assert report["requirements"] == [
+        {"description": "Be in French", "passed": False, "reason": None, "score": None}
+    ]
+    assert reply.choices[0].message.content == FIRST
+
+
+def test_a_plain_program_reports_its_one_call_and_no_requirements(server):
+    reply = _client(server).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "plain please"}]
+    )
+    report = reply.choices[0].model_extra["mellea"]
+    assert "requirements_met" not in report and "attempts" not in report
+    assert report["model_calls"] == [
+        {"purpose": "generate", "prompt_tokens": PROMPT_TOKENS, "completion_tokens": 8}
+    ]
+    assert reply.usage.total_tokens == PROMPT_TOKENS + 8
+
+
+# -- streamed -------------------------------------------------------------------------
+
+
+def _raw_chunks(server, route: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with httpx.stream("POST", f"{server.base_url}{route}", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        payloads = list(sse_events(response.iter_lines()))
+    assert payloads[-1] == "[DONE]"
+    return [json.loads(p) for p in payloads[:-1]]
+
+
+def _check_events(events: list[dict[str, Any]]) -> None:
+    """The live events of the sampled run, in order."""
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "attempt.started" and events[0]["attempt"] == 0
+    text = {
+        n: "".join(e["text"] for e in events if e["type"] == "attempt.delta" and e["attempt"] == n)
+        for n in (0, 1)
+    }
+    assert text == {0: FIRST, 1: ACCEPTED}
+    assert len([k for k in kinds if k == "attempt.delta"]) > 4  # as generated, not at the end
+    checks = [(e["attempt"], e["passed"]) for e in events if e["type"] == "requirement.checked"]
+    assert checks == [(0, False), (0, True), (1, True), (1, True)]
+    chosen = [e for e in events if e["type"] == "attempt.chosen"]
+    assert chosen == [
+        {
+            "type": "attempt.chosen",
+            "attempt": 1,
+            "requirements_met": True,
+            "attempt_count": 2,
+            "index": 0,
+        }
+    ]
+    assert kinds.index("attempt.chosen") < kinds.index("program.done")
+    assert all(e["index"] == 0 for e in events)
+    done = events[-1]
+    assert done["type"] == "program.done"
+    _check_report(done)
+
+
+def test_chat_stream_with_program_events(server):
+    body = {
+        "messages": [{"role": "user", "content": "sampled x"}],
+        "stream": True,
+        "stream_options": {**EVENTS, "include_usage": True},
+    }
+    chunks = _raw_chunks(server, "/v1/chat/completions", body)
+    events = [c["mellea"] for c in chunks if "mellea" in c]
+    assert all(c["choices"] == [] for c in chunks if "mellea" in c)
+    _check_events(events)
+    # the first attempt's text arrives before the answer's first content
+    first_delta = next(i for i, c in enumerate(chunks) if "mellea" in c)
+    first_content = next(i for i, c in enumerate(chunks) if c["choices"])
+    assert first_delta < first_content
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == ACCEPTED
+    assert chunks[-1]["usage"]["total_tokens"] == PROMPT_TOTAL + COMPLETION_TOTAL
+
+
+def test_chat_stream_without_the_option_is_unchanged(server):
+    body = {
+        "messages": [{"role": "user", "content": "sampled x"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    chunks = _raw_chunks(server, "/v1/chat/completions", body)
+    assert not any("mellea" in c for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == ACCEPTED
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["total_tokens"] == PROMPT_TOTAL + COMPLETION_TOTAL
+
+
+def test_openai_client_reads_a_stream_with_program_events(server):
+    stream = _client(server).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "sampled y"}],
+        stream=True,
+        stream_options=EVENTS,  # type: ignore[arg-type]
+    )
+    chunks = list(stream)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == ACCEPTED
+    _check_events([c.model_extra["mellea"] for c in chunks if not c.choices])
+
+
+def test_completions_stream_with_program_events(server):
+    body = {"prompt": "sampled z", "stream": True, "stream_options": EVENTS}
+    chunks = _raw_chunks(server, "/v1/completions", body)
+    _check_events([c["mellea"] for c in chunks if "mellea" in c])
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == ACCEPTED
+    plain = _client(server).completions.create(model="m", prompt="sampled z", stream=True)
+    pieces = list(plain)
+    assert not any("mellea" in (c.model_extra or {}) for c in pieces)
+    assert "".join(c.choices[0].text for c in pieces if c.choices) == ACCEPTED
