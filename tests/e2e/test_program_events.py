@@ -233,3 +233,54 @@ def test_completions_stream_with_program_events(server):
     pieces = list(plain)
     assert not any("mellea" in (c.model_extra or {}) for c in pieces)
     assert "".join(c.choices[0].text for c in pieces if c.choices) == ACCEPTED
+
+
+def _response_events(server, body: dict[str, Any]) -> list[dict[str, Any]]:
+    with httpx.stream("POST", f"{server.base_url}/v1/responses", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        return [json.loads(p) for p in sse_events(response.iter_lines())]
+
+
+def test_responses_stream_with_program_events(server):
+    body = {"input": "sampled r", "stream": True, "stream_options": EVENTS}
+    events = _response_events(server, body)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    ours = [e for e in events if e["type"].startswith("mellea.")]
+    kinds = [e["type"] for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    # the attempts come before the answer's first text
+    first_text = kinds.index("response.output_text.delta")
+    assert kinds.index("mellea.attempt.delta") < first_text
+    assert kinds.index("mellea.attempt.chosen") < first_text
+    renamed = [{**e, "type": e["type"].removeprefix("mellea.")} for e in ours]
+    for e in renamed:
+        e.pop("sequence_number")
+        e["index"] = 0
+    done = events[-1]
+    assert done["type"] == "response.completed"
+    _check_events([*renamed, {"type": "program.done", **done["response"]["mellea"], "index": 0}])
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert text == ACCEPTED
+
+
+def test_responses_stream_without_the_option_is_unchanged(server):
+    events = _response_events(server, {"input": "sampled r", "stream": True})
+    assert not any(e["type"].startswith("mellea.") for e in events)
+    _check_report(events[-1]["response"]["mellea"])
+
+
+def test_openai_client_reads_a_responses_stream_with_program_events(server):
+    stream = _client(server).responses.create(
+        model="m",
+        input="sampled q",
+        stream=True,
+        stream_options=EVENTS,  # type: ignore[arg-type]
+    )
+    events = list(stream)
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == ACCEPTED
+    assert any(e.type == "mellea.attempt.delta" for e in events)
+    final = events[-1]
+    assert final.type == "response.completed"
+    assert final.response.output_text == ACCEPTED
+    _check_report(final.response.model_extra["mellea"])
