@@ -11,6 +11,7 @@ same against the real default model.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ import openai
 import pytest
 
 from tests.programs.events_sampler import GREETING, JUDGE_PROMPT_TOKENS, PROMPT_TOKENS, REPLY
-from tests.server import PROGRAMS, serve, sse_events
+from tests.server import PROGRAMS, ROOT, serve, sse_events
 
 pytestmark = pytest.mark.e2e
 
@@ -284,3 +285,148 @@ def test_openai_client_reads_a_responses_stream_with_program_events(server):
     assert final.type == "response.completed"
     assert final.response.output_text == ACCEPTED
     _check_report(final.response.model_extra["mellea"])
+
+
+# -- the real default model, with the example of docs/serve.md -------------------------
+
+DOC = ROOT / "docs" / "serve.md"
+SECTION = "## The program's report"
+
+
+def _doc_blocks() -> tuple[str, str]:
+    """The example program and the example client of the report's section."""
+    text = DOC.read_text()
+    section = text[text.index(SECTION) :]
+    section = section[: section.index("\n## ", 1)]
+    program, client = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    return program, client
+
+
+@pytest.fixture(scope="module")
+def doc_server(tmp_path_factory):
+    program, _ = _doc_blocks()
+    path = tmp_path_factory.mktemp("doc") / "second_look.py"
+    path.write_text(program)
+    with serve(path) as running:
+        yield running
+
+
+def _model_client(server) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=300
+    )
+
+
+def _check_second_look(report: dict[str, Any], content: str, usage: Any = None) -> None:
+    assert report["requirements_met"] is True
+    assert (report["attempt_count"], report["chosen_attempt"]) == (2, 1)
+    assert [a["passed"] for a in report["attempts"]] == [False, True]
+    assert report["attempts"][0]["requirements"][0]["reason"] == "look number 1"
+    assert report["requirements"] == [
+        {
+            "description": "Passes on the second look",
+            "passed": True,
+            "reason": "look number 2",
+            "score": None,
+        }
+    ]
+    assert content == report["attempts"][1]["text"]
+    calls = report["model_calls"]
+    assert [(c["purpose"], c["attempt"]) for c in calls] == [("attempt", 0), ("attempt", 1)]
+    assert all(c["prompt_tokens"] > 0 and c["completion_tokens"] > 0 for c in calls)
+    if usage is not None:
+        assert usage == (
+            sum(c["prompt_tokens"] for c in calls),
+            sum(c["completion_tokens"] for c in calls),
+        )
+
+
+@pytest.mark.model
+def test_doc_client_example_runs(doc_server, monkeypatch):
+    _, client = _doc_blocks()
+    monkeypatch.setenv("M_SERVE_URL", f"{doc_server.base_url}/v1")
+    exec(compile(client, "serve.md[report client]", "exec"), {})
+
+
+@pytest.mark.model
+def test_real_model_chat_completions_and_responses(doc_server):
+    client = _model_client(doc_server)
+    ask = [{"role": "user", "content": "Name a fruit."}]
+    reply = client.chat.completions.create(model="m", messages=ask, max_tokens=12)
+    usage = (reply.usage.prompt_tokens, reply.usage.completion_tokens)
+    _check_second_look(
+        reply.choices[0].model_extra["mellea"], reply.choices[0].message.content, usage
+    )
+
+    completion = client.completions.create(model="m", prompt="Name a tree.", max_tokens=12)
+    usage = (completion.usage.prompt_tokens, completion.usage.completion_tokens)
+    _check_second_look(
+        completion.choices[0].model_extra["mellea"], completion.choices[0].text, usage
+    )
+
+    response = client.responses.create(model="m", input="Name a bird.", max_output_tokens=12)
+    usage = (response.usage.input_tokens, response.usage.output_tokens)
+    _check_second_look(response.model_extra["mellea"], response.output_text, usage)
+
+
+@pytest.mark.model
+def test_real_model_streams_with_and_without_program_events(doc_server):
+    client = _model_client(doc_server)
+    ask = [{"role": "user", "content": "Name a city."}]
+    chunks = list(
+        client.chat.completions.create(
+            model="m",
+            messages=ask,
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_program_events": True, "include_usage": True},  # type: ignore[typeddict-unknown-key]
+        )
+    )
+    events = [
+        c.model_extra["mellea"] for c in chunks if not c.choices and c.model_extra.get("mellea")
+    ]
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "attempt.started" and kinds[-1] == "program.done"
+    live = {
+        n: "".join(e["text"] for e in events if e["type"] == "attempt.delta" and e["attempt"] == n)
+        for n in (0, 1)
+    }
+    report = events[-1]
+    assert live == {n: report["attempts"][n]["text"] for n in (0, 1)}
+    assert chunks[-1].usage is not None
+    usage = (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens)
+    _check_second_look(report, content, usage)
+    # the first attempt's text came before the answer's content
+    first_event = next(i for i, c in enumerate(chunks) if not c.choices)
+    assert first_event < next(i for i, c in enumerate(chunks) if c.choices)
+
+    plain = list(
+        client.chat.completions.create(model="m", messages=ask, max_tokens=12, stream=True)
+    )
+    assert all(c.choices for c in plain)
+    assert "".join(c.choices[0].delta.content or "" for c in plain)
+
+    text_chunks = list(
+        client.completions.create(
+            model="m",
+            prompt="Name a river.",
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_program_events": True},  # type: ignore[typeddict-unknown-key]
+        )
+    )
+    done = [c.model_extra["mellea"] for c in text_chunks if not c.choices][-1]
+    _check_second_look(done, "".join(c.choices[0].text for c in text_chunks if c.choices))
+
+    stream = client.responses.create(
+        model="m",
+        input="Name a sea.",
+        max_output_tokens=12,
+        stream=True,
+        stream_options={"include_program_events": True},  # type: ignore[typeddict-unknown-key]
+    )
+    events = list(stream)
+    assert any(e.type == "mellea.attempt.delta" for e in events)
+    final = events[-1].response
+    _check_second_look(final.model_extra["mellea"], final.output_text)
