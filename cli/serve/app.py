@@ -20,7 +20,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
 from cli.serve.limits import BodySizeLimit
-from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
+from cli.serve.observability import (
+    RequestContext,
+    ServerMetrics,
+    StreamTimer,
+    count_program,
+    record_usage,
+)
 from cli.serve.program import Program
 from cli.serve.reload import watch_program
 from cli.serve.responses_routes import add_responses_routes
@@ -208,6 +214,8 @@ def create_app(
             )
             for o, trace in zip(per_choice, traces, strict=True)
         ]
+        for task, trace in zip(running, traces, strict=True):
+            count_program(metrics, task, trace)
         parsers = [reply_parser(body) for _ in running]
         logprobs = bool(body.logprobs)
         if not body.stream:
@@ -256,6 +264,8 @@ def create_app(
             asyncio.ensure_future(run_program(app.state.program.complete(p, o), trace))
             for p, o, trace in zip(prompts, per_choice, traces, strict=True)
         ]
+        for task, trace in zip(running, traces, strict=True):
+            count_program(metrics, task, trace)
         logprobs = body.logprobs is not None
         if not body.stream:
             whole = _whole_reply(

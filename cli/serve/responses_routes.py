@@ -14,7 +14,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Query
 from fastapi.responses import JSONResponse, Response
 
-from cli.serve.observability import ServerMetrics, StreamTimer, record_usage
+from cli.serve.observability import ServerMetrics, StreamTimer, count_program, record_usage
 from cli.serve.settings import ServeSettings
 from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import run_program
@@ -76,6 +76,7 @@ def add_responses_routes(
         live = bool(body.stream and (body.stream_options or {}).get("include_program_events"))
         trace = ProgramTrace(live=live)
         task = asyncio.ensure_future(run_program(app.state.program.call(args), trace))
+        count_program(metrics, task, trace)
 
         def run(source: Any, observer: StreamObserver) -> ResponseRun:
             return ResponseRun(

@@ -81,6 +81,8 @@ async def program_events(
             yield event_object(event, index)
     finally:
         await events.aclose()
+        if work is not None and not work.done():
+            work.cancel()  # the client left or the deadline passed: the reply is not wanted
 
 
 def program_done(trace: ProgramTrace | None, thunk: ModelOutputThunk, index: int) -> ProgramEvent:

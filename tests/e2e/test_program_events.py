@@ -430,3 +430,37 @@ def test_real_model_streams_with_and_without_program_events(doc_server):
     assert any(e.type == "mellea.attempt.delta" for e in events)
     final = events[-1].response
     _check_second_look(final.model_extra["mellea"], final.output_text)
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a Prometheus exposition (0 if absent)."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    line = f"{name}{{{wanted}}}" if labels else name
+    for row in text.splitlines():
+        if row.startswith(line + " "):
+            return float(row.split(" ")[-1])
+    return 0.0
+
+
+def test_metrics_count_attempts_and_verdicts(server):
+    before = httpx.get(f"{server.base_url}/metrics").text
+    _client(server).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "sampled metrics"}]
+    )
+    _client(server).responses.create(model="m", input="failing metrics")
+    after = httpx.get(f"{server.base_url}/metrics").text
+
+    def grew(name: str, **labels: str) -> float:
+        return _metric(after, name, **labels) - _metric(before, name, **labels)
+
+    greeting = f"Start with '{GREETING}'"
+    assert grew("m_serve_requirement_checks_total", requirement=greeting, result="failed") == 1
+    assert grew("m_serve_requirement_checks_total", requirement=greeting, result="passed") == 1
+    assert grew("m_serve_requirement_checks_total", requirement="Be polite", result="passed") == 2
+    assert (
+        grew("m_serve_requirement_checks_total", requirement="Be in French", result="failed") == 2
+    )
+    assert grew("m_serve_program_attempts_count") == 2
+    assert grew("m_serve_program_attempts_sum") == 4
+    assert grew("m_serve_program_attempts_bucket", le="1.0") == 0
+    assert grew("m_serve_program_attempts_bucket", le="2.0") == 2

@@ -101,3 +101,19 @@ def test_plain_program_records_one_call_and_no_sampling():
     trace, served = asyncio.run(main())
     assert trace.samplings == []
     assert [(c.purpose, c.thunk is served) for c in trace.calls] == [("generate", True)]
+
+
+def test_requirement_labels_are_bounded():
+    from cli.serve.observability import (
+        MAX_REQUIREMENT_LABELS,
+        OTHER_REQUIREMENT,
+        REQUIREMENT_LABEL_CHARS,
+        ServerMetrics,
+    )
+
+    metrics = ServerMetrics()
+    labels = {metrics.requirement_label(f"requirement {i}") for i in range(200)}
+    assert len(labels) == MAX_REQUIREMENT_LABELS + 1 and OTHER_REQUIREMENT in labels
+    assert metrics.requirement_label("requirement 3") == "requirement 3"  # known ones stay
+    assert len(metrics.requirement_label("x" * 500)) <= REQUIREMENT_LABEL_CHARS
+    assert metrics.requirement_label(None) == OTHER_REQUIREMENT  # the set is full
