@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
+from cli.serve.describe import describe_program
 from cli.serve.limits import BodySizeLimit
 from cli.serve.observability import (
     RequestContext,
@@ -192,10 +193,25 @@ def create_app(
         """Prometheus metrics of this server process."""
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    def model_card() -> ModelCard:
+        return ModelCard(id=model_name, mellea=describe_program(app.state.program))
+
     @app.get("/v1/models")
     async def list_models() -> ModelList:
         """The one model this server serves: the program."""
-        return ModelList(data=[ModelCard(id=model_name)])
+        return ModelList(data=[model_card()])
+
+    @app.get("/v1/models/{model_id:path}")
+    async def retrieve_model(model_id: str) -> ModelCard:
+        """The served program as a model: its docstring and the parameters ``serve()`` declares."""
+        if model_id != model_name:
+            raise OpenAIError(
+                404,
+                f"no model {model_id!r}; this server serves {model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
+        return model_card()
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(

@@ -282,6 +282,7 @@ class ModelCard(WireModel):
     object: Literal["model"] = "model"
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: str = "mellea"
+    mellea: dict[str, Any] | None = None  # what the program says about itself
 
 
 class ModelList(WireModel):

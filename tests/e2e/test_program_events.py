@@ -464,3 +464,23 @@ def test_metrics_count_attempts_and_verdicts(server):
     assert grew("m_serve_program_attempts_sum") == 4
     assert grew("m_serve_program_attempts_bucket", le="1.0") == 0
     assert grew("m_serve_program_attempts_bucket", le="2.0") == 2
+
+
+def test_the_model_card_describes_the_program(server):
+    client = _client(server)
+    listed = client.models.list().data
+    assert len(listed) == 1
+    card = client.models.retrieve(listed[0].id)
+    about = card.model_extra["mellea"]
+    assert about["program"] == "events_sampler.py"
+    assert about["description"].startswith("Test program: rejection sampling")
+    assert about["serve"] == {
+        "description": "Run the instruction as the first word of the last message says.",
+        "parameters": ["model_options"],
+        "async": False,
+    }
+    assert about["serve_completion"] is False
+    assert listed[0].model_extra["mellea"] == about
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.models.retrieve("no-such-model")
+    assert caught.value.body["param"] == "model"
