@@ -32,6 +32,7 @@ from cli.serve.program import Program
 from cli.serve.reload import watch_program
 from cli.serve.responses_routes import add_responses_routes
 from cli.serve.settings import ServeSettings
+from cli.serve.tracing import Tracing, new_trace, tracer_from_env
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import chat_completion, run_program
@@ -72,11 +73,16 @@ T = TypeVar("T")
 
 
 def create_app(
-    program: Program, settings: ServeSettings, on_ready: Callable[[], None] | None = None
+    program: Program,
+    settings: ServeSettings,
+    on_ready: Callable[[], None] | None = None,
+    tracer: Any = None,
 ) -> FastAPI:
     """Build the HTTP app serving ``program`` (no global state: call it as often as needed).
 
-    ``on_ready`` runs once the app has started and the local model is warm.
+    ``on_ready`` runs once the app has started and the local model is warm. ``tracer``
+    (an OpenTelemetry tracer) receives the request and program spans; by default one
+    exporting over OTLP when ``OTEL_EXPORTER_OTLP_*`` is set, else no spans at all.
     """
     metrics = ServerMetrics()
 
@@ -129,9 +135,12 @@ def create_app(
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=["authorization", "content-type", "x-request-id"],
-            expose_headers=["x-request-id"],
+            expose_headers=["x-request-id", "x-trace-id"],
         )
     app.add_middleware(RequestContext, metrics=metrics)
+    tracer = tracer if tracer is not None else tracer_from_env()
+    if tracer is not None:
+        app.add_middleware(Tracing, tracer=tracer)
     _install_error_handlers(app)
     model_name = settings.served_model_name
     if settings.playground:
@@ -223,7 +232,7 @@ def create_app(
         args = serve_arguments(body)
         completion_id, created = new_completion_id(), int(time.time())
         per_choice = choice_options(args.model_options, body.n or 1)
-        traces = [ProgramTrace(live=_wants_events(body)) for _ in per_choice]
+        traces = [new_trace(_wants_events(body), model_name) for _ in per_choice]
         running = [
             asyncio.ensure_future(
                 run_program(app.state.program.call(replace(args, model_options=o)), trace)
@@ -275,7 +284,7 @@ def create_app(
         prompts = [prompt for prompt in body.prompts() for _ in range(n)]
         per_choice = choice_options(options, n) * (len(prompts) // n)
         completion_id, created = new_text_completion_id(), int(time.time())
-        traces = [ProgramTrace(live=_wants_events(body)) for _ in prompts]
+        traces = [new_trace(_wants_events(body), model_name) for _ in prompts]
         running = [
             asyncio.ensure_future(run_program(app.state.program.complete(p, o), trace))
             for p, o, trace in zip(prompts, per_choice, traces, strict=True)

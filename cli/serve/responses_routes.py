@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 
 from cli.serve.observability import ServerMetrics, StreamTimer, count_program, record_usage
 from cli.serve.settings import ServeSettings
-from mellea.core.trace import ProgramTrace
+from cli.serve.tracing import new_trace
 from mellea.serve.completion import run_program
 from mellea.serve.errors import OpenAIError, as_openai_error
 from mellea.serve.parsers import ReplyParser
@@ -74,7 +74,7 @@ def add_responses_routes(
         record = StoredResponse(response.wire(), items, history) if body.stores else None
         state = _Running(CancelSignal(_cancel_check(store, response.id, record)))
         live = bool(body.stream and (body.stream_options or {}).get("include_program_events"))
-        trace = ProgramTrace(live=live)
+        trace = new_trace(live, model_name)
         task = asyncio.ensure_future(run_program(app.state.program.call(args), trace))
         count_program(metrics, task, trace)
 

@@ -17,7 +17,8 @@ may be reported from any thread and arrive on the loop that created the trace.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -60,6 +61,10 @@ class ModelCall:
     thunk: ModelOutputThunk
     attempt: int | None = None
     requirement: str | None = None
+    model: str | None = None
+    started_ns: int = field(default_factory=time.time_ns)
+    first_token_ns: int | None = None  # only on a ``timed`` trace
+    ended_ns: int | None = None  # only on a ``timed`` trace
 
     @property
     def usage(self) -> dict[str, Any] | None:
@@ -75,6 +80,8 @@ class Verdict:
     passed: bool
     reason: str | None = None
     score: float | None = None
+    started_ns: int | None = None
+    ended_ns: int | None = None
 
     def wire(self) -> dict[str, Any]:
         """The verdict as JSON-ready data."""
@@ -121,10 +128,17 @@ class ProgramTrace:
     them with :meth:`events_while`.
     """
 
-    def __init__(self, live: bool = False) -> None:
-        """An empty trace; a live one belongs to the running event loop."""
+    def __init__(self, live: bool = False, timed: bool = False) -> None:
+        """An empty trace; a live one belongs to the running event loop.
+
+        A ``timed`` trace also notes when each model call's first text arrived and
+        when it finished (for spans); otherwise only its start is noted.
+        """
         self.calls: list[ModelCall] = []
         self.samplings: list[Sampling] = []
+        self.timed = timed
+        self.started_ns = time.time_ns()
+        self.returned_ns: int | None = None  # when the program returned
         self._loop = asyncio.get_running_loop() if live else None
         self._queue: asyncio.Queue[Event] | None = asyncio.Queue() if live else None
         self.first_event = asyncio.Event() if live else None
@@ -143,26 +157,41 @@ class ProgramTrace:
         *,
         attempt: int | None = None,
         requirement: str | None = None,
+        model: str | None = None,
     ) -> None:
-        """Record a generation the program started."""
-        self.calls.append(ModelCall(purpose, thunk, attempt, requirement))
+        """Record a generation the program started (``model``: the backend's model id)."""
+        call = ModelCall(purpose, thunk, attempt, requirement, model)
+        self.calls.append(call)
+        if self.timed:
+            if thunk.is_computed():
+                call.first_token_ns = call.ended_ns = call.started_ns
+            else:
+                _tap(thunk, lambda text: _first_token(call), lambda: _ended(call))
+
+    def program_returned(self) -> None:
+        """The program call has returned (its reply may still be generating)."""
+        self.returned_ns = time.time_ns()
 
     def sampling_started(self) -> None:
         """A sampling strategy begins; the attempts that follow belong to it."""
         self.samplings.append(Sampling())
 
-    def attempt_started(self, index: int, thunk: ModelOutputThunk) -> None:
+    def attempt_started(
+        self, index: int, thunk: ModelOutputThunk, model: str | None = None
+    ) -> None:
         """Attempt ``index`` of the current sampling run is generating ``thunk``."""
         if not self.samplings:
             self.sampling_started()
-        self.model_call(thunk, "attempt", attempt=index)
+        self.model_call(thunk, "attempt", attempt=index, model=model)
         record = Attempt(index, thunk)
         self.samplings[-1].attempts.append(record)
         if self.live:
             self._emit({"type": "attempt.started", "attempt": index})
-            _tap(thunk, lambda text: self._attempt_text(record, text))
+            _tap(thunk, lambda text: self._attempt_text(record, text), None)
 
-    def judged(self, thunk: ModelOutputThunk, requirement: Requirement) -> None:
+    def judged(
+        self, thunk: ModelOutputThunk, requirement: Requirement, model: str | None = None
+    ) -> None:
         """A model call judging ``requirement`` (on the latest attempt, if sampling)."""
         attempt = self._latest()
         self.model_call(
@@ -170,13 +199,26 @@ class ProgramTrace:
             "requirement",
             attempt=attempt.index if attempt is not None else None,
             requirement=requirement.description,
+            model=model,
         )
 
     def requirement_checked(
-        self, thunk: ModelOutputThunk, requirement: Requirement, result: ValidationResult
+        self,
+        thunk: ModelOutputThunk,
+        requirement: Requirement,
+        result: ValidationResult,
+        started_ns: int | None = None,
     ) -> None:
-        """``requirement``'s verdict on the attempt that generated ``thunk``."""
-        verdict = Verdict(requirement.description, bool(result), result.reason, result.score)
+        """``requirement``'s verdict on the attempt that generated ``thunk`` (a check
+        that began at ``started_ns`` and ends now)."""
+        verdict = Verdict(
+            requirement.description,
+            bool(result),
+            result.reason,
+            result.score,
+            started_ns,
+            time.time_ns(),
+        )
         attempt = self._attempt_of(thunk)
         if attempt is None:
             return
@@ -280,17 +322,30 @@ class ProgramTrace:
         self.first_event.set()
 
 
-def _tap(thunk: ModelOutputThunk, on_text: Any) -> None:
-    """Have ``on_text(text)`` called with each piece of ``thunk``'s text as it arrives."""
+TextHook = Callable[[str], None]
+
+
+def _tap(thunk: ModelOutputThunk, on_text: TextHook, on_end: Callable[[], None] | None) -> None:
+    """Have ``on_text(text)`` called with each piece of ``thunk``'s text as it arrives,
+    and ``on_end()`` once its stream has ended."""
     # The thunk is in this package; the trace watches the stream it was given.
     source = thunk._source
     if source is None:
         return
-    thunk._source = _watched(source, on_text)
+    thunk._source = _watched(source, on_text, on_end)
+
+
+def _first_token(call: ModelCall) -> None:
+    if call.first_token_ns is None:
+        call.first_token_ns = time.time_ns()
+
+
+def _ended(call: ModelCall) -> None:
+    call.ended_ns = time.time_ns()
 
 
 async def _watched(
-    source: AsyncIterator[GenerationChunk], on_text: Any
+    source: AsyncIterator[GenerationChunk], on_text: TextHook, on_end: Callable[[], None] | None
 ) -> AsyncIterator[GenerationChunk]:
     try:
         async for chunk in source:
@@ -298,6 +353,8 @@ async def _watched(
                 on_text(chunk.text)
             yield chunk
     finally:
+        if on_end is not None:
+            on_end()
         closer = getattr(source, "aclose", None)
         if closer is not None:
             await closer()

@@ -51,7 +51,11 @@ async def run_program(call: Awaitable[Any], trace: ProgramTrace | None = None) -
     """
     try:
         with recording(trace):
-            return as_thunk(await call)
+            try:
+                return as_thunk(await call)
+            finally:
+                if trace is not None:
+                    trace.program_returned()
     except asyncio.CancelledError:
         raise
     except Exception as exc:

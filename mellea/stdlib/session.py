@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from mellea.backends.base import Backend
@@ -103,10 +104,11 @@ class MelleaSession:
                 tool_calls=tool_calls,
             )
             if trace is not None:
+                model = getattr(self.backend, "model_id", None)
                 if sampling:
-                    trace.attempt_started(attempt, thunk)
+                    trace.attempt_started(attempt, thunk, model)
                 else:
-                    trace.model_call(thunk, "generate")
+                    trace.model_call(thunk, "generate", model=model)
             return thunk
 
         if not sampling:
@@ -125,9 +127,10 @@ class MelleaSession:
             ctx = self.ctx.add(Message("user", text)).add(Message("assistant", thunk=thunk))
             checks = []
             for r in to_check:
+                began = time.time_ns() if trace is not None else None
                 checks.append((r, await self._validate_one(r, ctx)))
                 if trace is not None:
-                    trace.requirement_checked(thunk, r, checks[-1][1])
+                    trace.requirement_checked(thunk, r, checks[-1][1], began)
             return checks
 
         assert strategy is not None
@@ -165,7 +168,7 @@ class MelleaSession:
         )
         trace = current_trace()
         if trace is not None:
-            trace.model_call(thunk, "chat")
+            trace.model_call(thunk, "chat", model=getattr(self.backend, "model_id", None))
         reply = await thunk.avalue()
         self.ctx = self.ctx.add(Message(role, content)).add(Message("assistant", thunk=thunk))
         return Message("assistant", reply, thunk)
@@ -214,7 +217,7 @@ class MelleaSession:
         )
         trace = current_trace()
         if trace is not None:
-            trace.judged(judge, requirement)
+            trace.judged(judge, requirement, getattr(self.backend, "model_id", None))
         answer = await judge.avalue()
         return ValidationResult(requirement.output_to_bool(answer), reason=answer, thunk=judge)
 
