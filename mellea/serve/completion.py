@@ -12,7 +12,7 @@ from mellea.core.trace import ProgramTrace, recording
 from mellea.serve.errors import as_openai_error
 from mellea.serve.logprobs import chat_logprobs
 from mellea.serve.parsers import ReplyParser
-from mellea.serve.program_report import program_report, program_usage
+from mellea.serve.program_report import other_calls, program_report, with_calls
 from mellea.serve.protocol import (
     AssistantMessage,
     ChatCompletion,
@@ -161,20 +161,20 @@ async def chat_completion(
     program ``traces`` (one per choice), each choice carries its program's report and
     usage counts every model call of its program.
     """
-    choices, usages = [], []
+    choices, usages, calls = [], [], []
     for index, (thunk, parser) in enumerate(zip(thunks, parsers, strict=True)):
         trace = traces[index] if traces else None
         choice, usage = await _choice(index, thunk, parser, logprobs)
         choice.mellea = program_report(trace, thunk)
-        usage = program_usage(trace, thunk, usage)
         choices.append(choice)
         usages.append(usage)
+        calls += other_calls(trace, thunk)
     return ChatCompletion(
         id=completion_id,
         created=created,
         model=model,
         choices=choices,
-        usage=total_usage(usages, n=len(usages)),
+        usage=with_calls(total_usage(usages, n=len(usages)), calls),
     )
 
 

@@ -57,34 +57,43 @@ def _call(call: ModelCall) -> dict[str, Any]:
     return entry
 
 
-def program_usage(
-    trace: ProgramTrace | None, served: ModelOutputThunk, usage: Usage | None
-) -> Usage | None:
-    """The tokens of every model call of the run: ``usage`` (the served thunk's) plus
-    those of the run's other calls. Without a trace (or other calls) this is ``usage``.
+def other_calls(trace: ProgramTrace | None, served: ModelOutputThunk) -> list[dict[str, Any]]:
+    """The reported usage of every model call of the run except the served thunk's."""
+    if trace is None:
+        return []
+    return [c.usage for c in trace.calls if c.thunk is not served and c.usage]
+
+
+def with_calls(usage: Usage | None, calls: list[dict[str, Any]]) -> Usage | None:
+    """``usage`` (the served replies') plus the token counts of the program's other calls.
+
+    Without other calls this is ``usage`` itself.
     """
-    others = [c.usage for c in trace.calls if c.thunk is not served] if trace else []
-    others = [raw for raw in others if raw]
-    if not others:
+    if not calls:
         return usage
     total = usage.model_copy(deep=True) if usage is not None else Usage()
-    for raw in others:
-        prompt = int(raw.get("prompt_tokens", 0))
-        completion = int(raw.get("completion_tokens", 0))
-        total.prompt_tokens += prompt
-        total.completion_tokens += completion
+    for raw in calls:
+        total.prompt_tokens += int(raw.get("prompt_tokens", 0))
+        total.completion_tokens += int(raw.get("completion_tokens", 0))
         cached = (raw.get("prompt_tokens_details") or {}).get("cached_tokens")
         if cached is not None:
             details = total.prompt_tokens_details or PromptTokensDetails()
             details.cached_tokens += int(cached)
             total.prompt_tokens_details = details
-        reasoning_tokens = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")
-        if reasoning_tokens is not None:
-            done = total.completion_tokens_details or CompletionTokensDetails()
-            done.reasoning_tokens += int(reasoning_tokens)
-            total.completion_tokens_details = done
+        reasoning = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")
+        if reasoning is not None:
+            spent = total.completion_tokens_details or CompletionTokensDetails()
+            spent.reasoning_tokens += int(reasoning)
+            total.completion_tokens_details = spent
     total.total_tokens = total.prompt_tokens + total.completion_tokens
     return total
+
+
+def program_usage(
+    trace: ProgramTrace | None, served: ModelOutputThunk, usage: Usage | None
+) -> Usage | None:
+    """One run's usage: ``usage`` (the served thunk's) plus its other calls'."""
+    return with_calls(usage, other_calls(trace, served))
 
 
 def event_object(event: dict[str, Any], index: int) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from mellea.serve.completion import finish_reason_of, tool_calls_of, total_usage
 from mellea.serve.errors import StreamTimeoutError, as_openai_error
 from mellea.serve.logprobs import chat_logprobs, completion_logprobs
 from mellea.serve.parsers import ReplyDelta, ReplyParser
-from mellea.serve.program_report import event_object, program_report, program_usage
+from mellea.serve.program_report import event_object, other_calls, program_report, with_calls
 from mellea.serve.protocol import (
     ChatCompletionChunk,
     ChunkChoice,
@@ -121,6 +121,7 @@ def chat_completion_events(
     ``mellea`` object) while its program runs, and its report as a last one.
     """
     usages: list[Usage | None] = [None] * len(sources)
+    calls: list[list[dict[str, Any]]] = [[] for _ in sources]  # each program's other calls
 
     def frame(
         choice: ChunkChoice | ProgramEvent | None, usage: Usage | None = None
@@ -142,6 +143,7 @@ def chat_completion_events(
             source,
             parser,
             usages,
+            calls,
             logprobs=logprobs,
             deadline=deadline,
             observer=observer,
@@ -152,6 +154,7 @@ def chat_completion_events(
 
     def ending() -> list[dict[str, str]]:
         usage = total_usage(usages, n=len(usages))  # one prompt, n choices
+        usage = with_calls(usage, [call for run in calls for call in run])
         if observer is not None:
             observer.on_finish(usage)
         return [frame(None, usage=usage or Usage())] if include_usage else []
@@ -164,13 +167,15 @@ async def _chat_choice_chunks(
     source: ThunkSource,
     parser: ReplyParser | None,
     usages: list[Usage | None],
+    calls: list[list[dict[str, Any]]],
     *,
     logprobs: bool,
     deadline: float | None,
     observer: StreamObserver | None,
     trace: ProgramTrace | None = None,
 ) -> AsyncIterator[ChunkChoice | ProgramEvent]:
-    """One choice's stream chunks: role, deltas, tool calls, finish; its usage into ``usages``.
+    """One choice's stream chunks: role, deltas, tool calls, finish; its usage into ``usages``
+    (its program's other calls into ``calls``).
 
     A live ``trace``'s program events come first, as the program runs.
     """
@@ -240,7 +245,8 @@ async def _chat_choice_chunks(
         if trace is not None and trace.live:
             yield program_done(trace, thunk, index)
         yield choice(Delta(), finish="tool_calls" if calls_sent else finish_reason_of(thunk))
-        usages[index] = program_usage(trace, thunk, usage_of(thunk, "".join(reasoning)))
+        usages[index] = usage_of(thunk, "".join(reasoning))
+        calls[index] = other_calls(trace, thunk)
     finally:
         if thunk is not None and not thunk.is_computed():
             await asyncio.shield(thunk.aclose())
@@ -366,6 +372,7 @@ def text_completion_events(
     from mellea.serve.text_completion import Completion, CompletionChoice
 
     usages: list[Usage | None] = [None] * len(sources)
+    calls: list[list[dict[str, Any]]] = [[] for _ in sources]  # each program's other calls
 
     def frame(choices: list[CompletionChoice], usage: Usage | None = None) -> dict[str, str]:
         body = Completion(id=completion_id, created=created, model=model, choices=choices)
@@ -411,7 +418,8 @@ def text_completion_events(
                     yield choice(text)
                 elif thunk.is_computed():
                     break
-            usages[index] = program_usage(trace, thunk, usage_of(thunk))
+            usages[index] = usage_of(thunk)
+            calls[index] = other_calls(trace, thunk)
             if trace is not None and trace.live:
                 yield program_done(trace, thunk, index)
             reason = finish_reason_of(thunk)
@@ -423,6 +431,7 @@ def text_completion_events(
     streams = [choice_chunks(i, source) for i, source in enumerate(sources)]
 
     def ending() -> list[dict[str, str]]:
-        return [frame([], usage=total_usage(usages, n))] if include_usage else []
+        usage = with_calls(total_usage(usages, n), [call for run in calls for call in run])
+        return [frame([], usage=usage)] if include_usage else []
 
     return _framed(streams, item_frame, ending, completion_id)

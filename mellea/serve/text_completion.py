@@ -13,7 +13,7 @@ from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import finish_reason_of, total_usage, usage_of
 from mellea.serve.errors import OpenAIError
 from mellea.serve.logprobs import CompletionLogprobs, completion_logprobs
-from mellea.serve.program_report import program_report, program_usage
+from mellea.serve.program_report import other_calls, program_report, with_calls
 from mellea.serve.protocol import MAX_INT32, StreamOptions, Usage, WireModel
 
 
@@ -117,7 +117,7 @@ async def text_completion(
     With program ``traces`` (one per choice), each choice carries its program's report
     and usage counts every model call of its program.
     """
-    choices, usages = [], []
+    choices, usages, calls = [], [], []
     for index, (thunk, prompt) in enumerate(zip(thunks, prompts, strict=True)):
         trace = traces[index] if traces else None
         text = await thunk.avalue()
@@ -132,13 +132,14 @@ async def text_completion(
                 mellea=program_report(trace, thunk),
             )
         )
-        usages.append(program_usage(trace, thunk, usage_of(thunk)))
+        usages.append(usage_of(thunk))
+        calls += other_calls(trace, thunk)
     return Completion(
         id=completion_id,
         created=created,
         model=model,
         choices=choices,
-        usage=total_usage(usages, n) or Usage(),
+        usage=with_calls(total_usage(usages, n), calls) or Usage(),
     )
 
 

@@ -149,8 +149,8 @@ def _raw_chunks(server, route: str, body: dict[str, Any]) -> list[dict[str, Any]
     return [json.loads(p) for p in payloads[:-1]]
 
 
-def _check_events(events: list[dict[str, Any]]) -> None:
-    """The live events of the sampled run, in order."""
+def _check_events(events: list[dict[str, Any]], index: int = 0) -> None:
+    """The live events of the sampled run of choice ``index``, in order."""
     kinds = [e["type"] for e in events]
     assert kinds[0] == "attempt.started" and events[0]["attempt"] == 0
     text = {
@@ -168,11 +168,11 @@ def _check_events(events: list[dict[str, Any]]) -> None:
             "attempt": 1,
             "requirements_met": True,
             "attempt_count": 2,
-            "index": 0,
+            "index": index,
         }
     ]
     assert kinds.index("attempt.chosen") < kinds.index("program.done")
-    assert all(e["index"] == 0 for e in events)
+    assert all(e["index"] == index for e in events)
     done = events[-1]
     assert done["type"] == "program.done"
     _check_report(done)
@@ -484,3 +484,42 @@ def test_the_model_card_describes_the_program(server):
     with pytest.raises(openai.NotFoundError) as caught:
         client.models.retrieve("no-such-model")
     assert caught.value.body["param"] == "model"
+
+
+def test_n_choices_count_every_programs_calls(server):
+    """Each choice is one program run: the prompt of the served replies counts once (as
+    for any ``n``), every other call of every run counts."""
+    served_prompt = PROMPT_TOKENS
+    others_prompt = PROMPT_TOTAL - PROMPT_TOKENS  # attempt 0 and both judges, per run
+    expected_prompt = served_prompt + 2 * others_prompt
+    expected_completion = 2 * COMPLETION_TOTAL
+    reply = _client(server).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "sampled twice"}], n=2
+    )
+    assert [c.message.content for c in reply.choices] == [ACCEPTED, ACCEPTED]
+    for choice in reply.choices:
+        _check_report(choice.model_extra["mellea"])
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (
+        expected_prompt,
+        expected_completion,
+    )
+    body = {
+        "messages": [{"role": "user", "content": "sampled twice"}],
+        "n": 2,
+        "stream": True,
+        "stream_options": {"include_usage": True, **EVENTS},
+    }
+    chunks = _raw_chunks(server, "/v1/chat/completions", body)
+    usage = chunks[-1]["usage"]
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (
+        expected_prompt,
+        expected_completion,
+    )
+    for index in (0, 1):
+        events = [c["mellea"] for c in chunks if c.get("mellea", {}).get("index") == index]
+        _check_events(events, index)
+    text = _client(server).completions.create(model="m", prompt="sampled twice", n=2)
+    assert (text.usage.prompt_tokens, text.usage.completion_tokens) == (
+        expected_prompt,
+        expected_completion,
+    )
