@@ -523,3 +523,22 @@ def test_n_choices_count_every_programs_calls(server):
         expected_prompt,
         expected_completion,
     )
+
+
+def test_openai_stream_helpers_accept_program_events(server):
+    client = _client(server)
+    with client.responses.stream(
+        model="m", input="sampled h", extra_body={"stream_options": EVENTS}
+    ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert "mellea.requirement.checked" in kinds
+    assert final.output_text == ACCEPTED
+    with client.chat.completions.stream(
+        model="m",
+        messages=[{"role": "user", "content": "sampled h"}],
+        stream_options=EVENTS,  # type: ignore[arg-type]
+    ) as stream:
+        for _ in stream:
+            pass
+        assert stream.get_final_completion().choices[0].message.content == ACCEPTED
