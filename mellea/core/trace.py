@@ -172,28 +172,38 @@ class ProgramTrace:
         """The program call has returned (its reply may still be generating)."""
         self.returned_ns = time.time_ns()
 
-    def sampling_started(self) -> None:
-        """A sampling strategy begins; the attempts that follow belong to it."""
-        self.samplings.append(Sampling())
+    def sampling_started(self) -> Sampling:
+        """A sampling strategy begins; pass the returned run to the calls about it."""
+        run = Sampling()
+        self.samplings.append(run)
+        return run
 
     def attempt_started(
-        self, index: int, thunk: ModelOutputThunk, model: str | None = None
+        self,
+        index: int,
+        thunk: ModelOutputThunk,
+        model: str | None = None,
+        run: Sampling | None = None,
     ) -> None:
-        """Attempt ``index`` of the current sampling run is generating ``thunk``."""
-        if not self.samplings:
-            self.sampling_started()
+        """Attempt ``index`` of sampling ``run`` (default: the latest) is generating ``thunk``."""
+        if run is None:
+            run = self.samplings[-1] if self.samplings else self.sampling_started()
         self.model_call(thunk, "attempt", attempt=index, model=model)
         record = Attempt(index, thunk)
-        self.samplings[-1].attempts.append(record)
+        run.attempts.append(record)
         if self.live:
             self._emit({"type": "attempt.started", "attempt": index})
             _tap(thunk, lambda text: self._attempt_text(record, text), None)
 
     def judged(
-        self, thunk: ModelOutputThunk, requirement: Requirement, model: str | None = None
+        self,
+        thunk: ModelOutputThunk,
+        requirement: Requirement,
+        model: str | None = None,
+        output: ModelOutputThunk | None = None,
     ) -> None:
-        """A model call judging ``requirement`` (on the latest attempt, if sampling)."""
-        attempt = self._latest()
+        """A model call judging ``requirement`` on ``output`` (an attempt, if sampling)."""
+        attempt = self._attempt_of(output) if output is not None else None
         self.model_call(
             thunk,
             "requirement",
@@ -227,11 +237,11 @@ class ProgramTrace:
             self._flush(attempt)
             self._emit({"type": "requirement.checked", "attempt": attempt.index, **verdict.wire()})
 
-    def sampled(self, result: SamplingResult) -> None:
-        """The strategy kept attempt ``result.result_index``."""
-        if not self.samplings:
+    def sampled(self, result: SamplingResult, run: Sampling | None = None) -> None:
+        """Sampling ``run`` (default: the latest) kept attempt ``result.result_index``."""
+        if run is None and not self.samplings:
             return
-        sampling = self.samplings[-1]
+        sampling = run if run is not None else self.samplings[-1]
         sampling.chosen = result.result_index
         sampling.success = result.success
         if self.live:
@@ -277,11 +287,6 @@ class ProgramTrace:
             yield queue.get_nowait()
 
     # -- internals -------------------------------------------------------------
-
-    def _latest(self) -> Attempt | None:
-        if self.samplings and self.samplings[-1].attempts:
-            return self.samplings[-1].attempts[-1]
-        return None
 
     def _attempt_of(self, thunk: ModelOutputThunk) -> Attempt | None:
         for sampling in reversed(self.samplings):

@@ -95,6 +95,7 @@ class MelleaSession:
         messages = self._messages_for(text, options)
         trace = current_trace()
         sampling = strategy is not None and bool(reqs)
+        run = trace.sampling_started() if trace is not None and sampling else None
 
         async def generate(attempt: int) -> ModelOutputThunk:
             thunk = await self.backend.generate(
@@ -106,7 +107,7 @@ class MelleaSession:
             if trace is not None:
                 model = getattr(self.backend, "model_id", None)
                 if sampling:
-                    trace.attempt_started(attempt, thunk, model)
+                    trace.attempt_started(attempt, thunk, model, run)
                 else:
                     trace.model_call(thunk, "generate", model=model)
             return thunk
@@ -134,11 +135,9 @@ class MelleaSession:
             return checks
 
         assert strategy is not None
-        if trace is not None:
-            trace.sampling_started()
         result = await strategy.asample(generate, validate, reqs)
         if trace is not None:
-            trace.sampled(result)
+            trace.sampled(result, run)
         self._record(text, result.result)
         return result if return_sampling_results else result.result
 
@@ -217,7 +216,7 @@ class MelleaSession:
         )
         trace = current_trace()
         if trace is not None:
-            trace.judged(judge, requirement, getattr(self.backend, "model_id", None))
+            trace.judged(judge, requirement, getattr(self.backend, "model_id", None), output)
         answer = await judge.avalue()
         return ValidationResult(requirement.output_to_bool(answer), reason=answer, thunk=judge)
 

@@ -117,3 +117,42 @@ def test_requirement_labels_are_bounded():
     assert metrics.requirement_label("requirement 3") == "requirement 3"  # known ones stay
     assert len(metrics.requirement_label("x" * 500)) <= REQUIREMENT_LABEL_CHARS
     assert metrics.requirement_label(None) == OTHER_REQUIREMENT  # the set is full
+
+
+def test_concurrent_sampling_runs_keep_their_own_attempts():
+    """Two instructs of one program run at once: each attempt and judge call is
+    attributed to its own sampling run."""
+    from mellea.core import Requirement
+    from mellea.stdlib.requirements import simple_validate
+    from mellea.stdlib.sampling import RejectionSamplingStrategy
+    from mellea.stdlib.session import MelleaSession
+
+    async def one(session: MelleaSession, text: str):
+        greets = simple_validate(lambda t: t.startswith(GREETING))
+        return await session.ainstruct(
+            text,
+            requirements=[Requirement("greets", validation_fn=greets), Requirement("polite")],
+            strategy=RejectionSamplingStrategy(loop_budget=2),
+            return_sampling_results=True,
+        )
+
+    async def main():
+        trace = ProgramTrace()
+        with recording(trace):
+            a, b = await asyncio.gather(
+                one(MelleaSession(events_sampler.ScriptedBackend()), "a"),
+                one(MelleaSession(events_sampler.ScriptedBackend()), "b"),
+            )
+        return trace, a, b
+
+    trace, a, b = asyncio.run(main())
+    assert len(trace.samplings) == 2
+    for sampling, result in zip(trace.samplings, (a, b), strict=True):
+        assert [x.thunk for x in sampling.attempts] == result.sample_generations
+        assert sampling.chosen == 1
+        assert [[v.passed for v in x.verdicts] for x in sampling.attempts] == [
+            [False, True],
+            [True, True],
+        ]
+    judges = [(c.attempt, c.requirement) for c in trace.calls if c.purpose == "requirement"]
+    assert sorted(judges) == [(0, "polite"), (0, "polite"), (1, "polite"), (1, "polite")]
