@@ -101,12 +101,14 @@ class Attempt:
     thunk: ModelOutputThunk
     verdicts: list[Verdict] = field(default_factory=list)
     sent: int = 0  # characters of its text already sent as live events
+    run: int = 0  # the sampling run it belongs to
 
 
 @dataclass
 class Sampling:
     """One run of a sampling strategy (an ``instruct`` with requirements)."""
 
+    run: int = 0  # its place among the program's sampling runs
     attempts: list[Attempt] = field(default_factory=list)
     chosen: int | None = None
     success: bool | None = None
@@ -174,7 +176,7 @@ class ProgramTrace:
 
     def sampling_started(self) -> Sampling:
         """A sampling strategy begins; pass the returned run to the calls about it."""
-        run = Sampling()
+        run = Sampling(run=len(self.samplings))
         self.samplings.append(run)
         return run
 
@@ -189,10 +191,10 @@ class ProgramTrace:
         if run is None:
             run = self.samplings[-1] if self.samplings else self.sampling_started()
         self.model_call(thunk, "attempt", attempt=index, model=model)
-        record = Attempt(index, thunk)
+        record = Attempt(index, thunk, run=run.run)
         run.attempts.append(record)
         if self.live:
-            self._emit({"type": "attempt.started", "attempt": index})
+            self._emit({"type": "attempt.started", "run": run.run, "attempt": index})
             _tap(thunk, lambda text: self._attempt_text(record, text), None)
 
     def judged(
@@ -235,7 +237,14 @@ class ProgramTrace:
         attempt.verdicts.append(verdict)
         if self.live:
             self._flush(attempt)
-            self._emit({"type": "requirement.checked", "attempt": attempt.index, **verdict.wire()})
+            self._emit(
+                {
+                    "type": "requirement.checked",
+                    "run": attempt.run,
+                    "attempt": attempt.index,
+                    **verdict.wire(),
+                }
+            )
 
     def sampled(self, result: SamplingResult, run: Sampling | None = None) -> None:
         """Sampling ``run`` (default: the latest) kept attempt ``result.result_index``."""
@@ -250,6 +259,7 @@ class ProgramTrace:
             self._emit(
                 {
                     "type": "attempt.chosen",
+                    "run": sampling.run,
                     "attempt": result.result_index,
                     "requirements_met": result.success,
                     "attempt_count": len(sampling.attempts),
@@ -297,7 +307,9 @@ class ProgramTrace:
 
     def _attempt_text(self, attempt: Attempt, text: str) -> None:
         attempt.sent += len(text)
-        self._emit({"type": "attempt.delta", "attempt": attempt.index, "text": text})
+        self._emit(
+            {"type": "attempt.delta", "run": attempt.run, "attempt": attempt.index, "text": text}
+        )
 
     def _flush(self, attempt: Attempt) -> None:
         """Send what an attempt generated without passing through the tap (computed thunks)."""

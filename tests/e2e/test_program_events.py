@@ -165,6 +165,7 @@ def _check_events(events: list[dict[str, Any]], index: int = 0) -> None:
     assert chosen == [
         {
             "type": "attempt.chosen",
+            "run": 0,
             "attempt": 1,
             "requirements_met": True,
             "attempt_count": 2,

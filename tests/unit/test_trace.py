@@ -82,6 +82,7 @@ def test_live_trace_streams_attempt_text_and_verdicts_in_order():
     assert checks == [(0, False), (0, True), (1, True), (1, True)]
     assert events[-1] == {
         "type": "attempt.chosen",
+        "run": 0,
         "attempt": 1,
         "requirements_met": True,
         "attempt_count": 2,

@@ -291,9 +291,9 @@
         panel.append(this.programSummary, this.programList);
         this.bubble.append(panel);
         this.program = panel;
-        this.attempts = [];
+        this.attempts = new Map();
       }
-      const attempt = this.attemptBox(event.attempt);
+      const attempt = this.attemptBox(event);
       if (event.type === "attempt.delta") {
         this.markToken();
         attempt.text.append(event.text);
@@ -314,7 +314,7 @@
       } else if (event.type === "attempt.chosen") {
         attempt.box.classList.add("chosen");
         attempt.box.dataset.chosen = "true";
-        attempt.label.textContent = `Attempt ${event.attempt + 1} · chosen`;
+        attempt.label.textContent = `${attemptName(event)} · chosen`;
         const count = event.attempt_count;
         const met = event.requirements_met ? "requirements met" : "requirements not met";
         this.programSummary.textContent =
@@ -324,18 +324,20 @@
       scrollDown(false);
     }
 
-    attemptBox(index) {
-      if (!this.attempts[index]) {
+    // One box per attempt of each sampling run (a program may sample more than once).
+    attemptBox(event) {
+      const key = `${event.run ?? 0}:${event.attempt}`;
+      if (!this.attempts.has(key)) {
         const box = node("div", "attempt", { "data-testid": "attempt" });
         const label = node("div", "attempt-label");
-        label.textContent = `Attempt ${index + 1}`;
+        label.textContent = attemptName(event);
         const text = node("div", "attempt-text", { "data-testid": "attempt-text" });
         const verdicts = node("ul", "verdicts");
         box.append(label, text, verdicts);
         this.programList.append(box);
-        this.attempts[index] = { box, label, text, verdicts };
+        this.attempts.set(key, { box, label, text, verdicts });
       }
-      return this.attempts[index];
+      return this.attempts.get(key);
     }
 
     showError(message) {
@@ -412,6 +414,11 @@
       if (calls.length) message.tool_calls = calls;
       return message;
     }
+  }
+
+  function attemptName(event) {
+    const run = event.run ? `Run ${event.run + 1} · ` : "";
+    return `${run}Attempt ${event.attempt + 1}`;
   }
 
   // A small, safe subset of Markdown (fenced code, inline code, bold, headings), built as
