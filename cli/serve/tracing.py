@@ -36,8 +36,11 @@ _request_traces: ContextVar[list[tuple[ProgramTrace, str]] | None] = ContextVar(
 
 
 def tracer_from_env() -> Any | None:
-    """A tracer exporting over OTLP when ``OTEL_EXPORTER_OTLP_*`` says where; else ``None``."""
+    """A tracer exporting over OTLP when ``OTEL_EXPORTER_OTLP_*`` says where (and
+    ``OTEL_SDK_DISABLED`` is not ``true``); else ``None``."""
     if not any(os.environ.get(name) for name in OTLP_VARIABLES):
+        return None
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter

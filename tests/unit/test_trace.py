@@ -157,3 +157,14 @@ def test_concurrent_sampling_runs_keep_their_own_attempts():
         ]
     judges = [(c.attempt, c.requirement) for c in trace.calls if c.purpose == "requirement"]
     assert sorted(judges) == [(0, "polite"), (0, "polite"), (1, "polite"), (1, "polite")]
+
+
+def test_tracing_is_off_without_otlp_variables(monkeypatch):
+    from cli.serve.tracing import OTLP_VARIABLES, tracer_from_env
+
+    for name in OTLP_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert tracer_from_env() is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert tracer_from_env() is None
