@@ -224,10 +224,10 @@ class ProgramTrace:
         """``requirement``'s verdict on the attempt that generated ``thunk`` (a check
         that began at ``started_ns`` and ends now)."""
         verdict = Verdict(
-            requirement.description,
+            None if requirement.description is None else str(requirement.description),
             bool(result),
-            result.reason,
-            result.score,
+            None if result.reason is None else str(result.reason),
+            _number(result.score),
             started_ns,
             time.time_ns(),
         )
@@ -337,6 +337,15 @@ class ProgramTrace:
         assert self._queue is not None and self.first_event is not None
         self._queue.put_nowait(event)
         self.first_event.set()
+
+
+def _number(score: Any) -> float | None:
+    """A validator's score as a JSON number (``None`` if it is not one)."""
+    try:
+        value = float(score)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value and abs(value) != float("inf") else None
 
 
 TextHook = Callable[[str], None]

@@ -168,3 +168,22 @@ def test_tracing_is_off_without_otlp_variables(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert tracer_from_env() is None
+
+
+def test_verdicts_are_json_whatever_the_validator_returned():
+    import json
+
+    from mellea.core import ModelOutputThunk, Requirement, ValidationResult
+
+    trace = ProgramTrace()
+    run = trace.sampling_started()
+    thunk = ModelOutputThunk(value="x")
+    trace.attempt_started(0, thunk, run=run)
+    odd = ValidationResult(True, reason={"why": object()}, score="high")  # type: ignore[arg-type]
+    trace.requirement_checked(thunk, Requirement("r"), odd)
+    trace.requirement_checked(thunk, Requirement("s"), ValidationResult(False, score=float("nan")))
+    trace.requirement_checked(thunk, Requirement("t"), ValidationResult(True, score=0.75))
+    verdicts = [v.wire() for v in run.attempts[0].verdicts]
+    json.dumps(verdicts, allow_nan=False)
+    assert [v["score"] for v in verdicts] == [None, None, 0.75]
+    assert verdicts[0]["reason"].startswith("{'why'")
