@@ -187,3 +187,36 @@ def test_verdicts_are_json_whatever_the_validator_returned():
     json.dumps(verdicts, allow_nan=False)
     assert [v["score"] for v in verdicts] == [None, None, 0.75]
     assert verdicts[0]["reason"].startswith("{'why'")
+
+
+def test_live_trace_of_an_async_program_on_the_servers_loop():
+    from mellea.core import Requirement
+    from mellea.stdlib.requirements import simple_validate
+    from mellea.stdlib.sampling import RejectionSamplingStrategy
+    from mellea.stdlib.session import MelleaSession
+
+    async def program():
+        session = MelleaSession(events_sampler.ScriptedBackend())
+        greets = simple_validate(lambda t: t.startswith(GREETING))
+        return await session.ainstruct(
+            "hi",
+            requirements=[Requirement("greets", validation_fn=greets)],
+            strategy=RejectionSamplingStrategy(loop_budget=2),
+        )
+
+    async def main():
+        trace = ProgramTrace(live=True)
+        with recording(trace):
+            work = asyncio.ensure_future(program())
+        return [event async for event in trace.events_while(work)]
+
+    events = asyncio.run(main())
+    assert [e["type"] for e in events if e["type"] != "attempt.delta"] == [
+        "attempt.started",
+        "requirement.checked",
+        "attempt.started",
+        "requirement.checked",
+        "attempt.chosen",
+    ]
+    text = "".join(e["text"] for e in events if e["type"] == "attempt.delta" and e["attempt"] == 1)
+    assert text == f"{GREETING} " + REPLY.format(n=1)
