@@ -19,16 +19,25 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
+from cli.serve.describe import describe_program
 from cli.serve.disconnect import unless_disconnected as _unless_disconnected
 from cli.serve.hosts import AllowedHosts, default_allowed_hosts
 from cli.serve.limits import BodyReader, WriteDeadline
-from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
+from cli.serve.observability import (
+    RequestContext,
+    ServerMetrics,
+    StreamTimer,
+    count_program,
+    record_usage,
+)
 from cli.serve.program import Program
 from cli.serve.reload import watch_program
 from cli.serve.responses_routes import add_responses_routes
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import CacheSalt
+from cli.serve.tracing import Tracing, new_trace, tracer_from_env
 from mellea.core.thunk import ModelOutputThunk
+from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import chat_completion, run_program
 from mellea.serve.errors import (
     ERROR_TYPES,
@@ -67,11 +76,16 @@ T = TypeVar("T")
 
 
 def create_app(
-    program: Program, settings: ServeSettings, on_ready: Callable[[], None] | None = None
+    program: Program,
+    settings: ServeSettings,
+    on_ready: Callable[[], None] | None = None,
+    tracer: Any = None,
 ) -> FastAPI:
     """Build the HTTP app serving ``program`` (no global state: call it as often as needed).
 
-    ``on_ready`` runs once the app has started and the local model is warm.
+    ``on_ready`` runs once the app has started and the local model is warm. ``tracer``
+    (an OpenTelemetry tracer) receives the request and program spans; by default one
+    exporting over OTLP when ``OTEL_EXPORTER_OTLP_*`` is set, else no spans at all.
     """
     metrics = ServerMetrics()
 
@@ -130,11 +144,14 @@ def create_app(
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
             allow_headers=["authorization", "content-type", "x-request-id"],
-            expose_headers=["x-request-id"],
+            expose_headers=["x-request-id", "x-trace-id"],
         )
     hosts = settings.allowed_hosts or default_allowed_hosts(settings.host)
     app.add_middleware(AllowedHosts, hosts=hosts)
     app.add_middleware(RequestContext, metrics=metrics)
+    tracer = tracer if tracer is not None else tracer_from_env()
+    if tracer is not None:
+        app.add_middleware(Tracing, tracer=tracer)
     _install_error_handlers(app)
     model_name = settings.served_model_name
     if settings.playground:
@@ -196,10 +213,25 @@ def create_app(
         """Prometheus metrics of this server process."""
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    def model_card() -> ModelCard:
+        return ModelCard(id=model_name, mellea=describe_program(app.state.program))
+
     @app.get("/v1/models")
     async def list_models() -> ModelList:
         """The one model this server serves: the program."""
-        return ModelList(data=[ModelCard(id=model_name)])
+        return ModelList(data=[model_card()])
+
+    @app.get("/v1/models/{model_id:path}")
+    async def retrieve_model(model_id: str) -> ModelCard:
+        """The served program as a model: its docstring and the parameters ``serve()`` declares."""
+        if model_id != model_name:
+            raise OpenAIError(
+                404,
+                f"no model {model_id!r}; this server serves {model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
+        return model_card()
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(
@@ -210,12 +242,16 @@ def create_app(
         deadline = started + settings.request_timeout if settings.request_timeout else None
         args = serve_arguments(body)
         completion_id, created = new_completion_id(), int(time.time())
+        per_choice = choice_options(args.model_options, body.n or 1)
+        traces = [new_trace(_wants_events(body), model_name) for _ in per_choice]
         running = [
             asyncio.ensure_future(
-                run_program(app.state.program.call(replace(args, model_options=o)))
+                run_program(app.state.program.call(replace(args, model_options=o)), trace)
             )
-            for o in choice_options(args.model_options, body.n or 1)
+            for o, trace in zip(per_choice, traces, strict=True)
         ]
+        for task, trace in zip(running, traces, strict=True):
+            count_program(metrics, task, trace)
         parsers = [reply_parser(body) for _ in running]
         logprobs = bool(body.logprobs)
         if not body.stream:
@@ -229,10 +265,11 @@ def create_app(
                     created=created,
                     model=model_name,
                     logprobs=logprobs,
+                    traces=traces,
                 ),
             )
             return await non_streamed(request, work)
-        await _first_results(running, settings.first_result_wait)
+        await _first_results(running, settings.first_result_wait, traces)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         events = chat_completion_events(
             [task.result() if task.done() else task for task in running],
@@ -244,6 +281,7 @@ def create_app(
             logprobs=logprobs,
             deadline=deadline,
             observer=StreamTimer(metrics, started),
+            traces=traces,
         )
         return streamed(events)
 
@@ -257,10 +295,13 @@ def create_app(
         prompts = [prompt for prompt in body.prompts() for _ in range(n)]
         per_choice = choice_options(options, n) * (len(prompts) // n)
         completion_id, created = new_text_completion_id(), int(time.time())
+        traces = [new_trace(_wants_events(body), model_name) for _ in prompts]
         running = [
-            asyncio.ensure_future(run_program(app.state.program.complete(p, o)))
-            for p, o in zip(prompts, per_choice, strict=True)
+            asyncio.ensure_future(run_program(app.state.program.complete(p, o), trace))
+            for p, o, trace in zip(prompts, per_choice, traces, strict=True)
         ]
+        for task, trace in zip(running, traces, strict=True):
+            count_program(metrics, task, trace)
         logprobs = body.logprobs is not None
         if not body.stream:
             whole = _whole_reply(
@@ -275,10 +316,11 @@ def create_app(
                     echo=bool(body.echo),
                     logprobs=logprobs,
                     n=n,
+                    traces=traces,
                 ),
             )
             return await non_streamed(request, whole)
-        await _first_results(running, settings.first_result_wait)
+        await _first_results(running, settings.first_result_wait, traces)
         events = text_completion_events(
             list(running),
             prompts,
@@ -290,15 +332,35 @@ def create_app(
             logprobs=logprobs,
             n=n,
             deadline=deadline,
+            traces=traces,
         )
         return streamed(events)
 
     return app
 
 
-async def _first_results(running: list[asyncio.Future[ModelOutputThunk]], wait: float) -> None:
-    """Give the program a moment: if a call fails fast, the client gets a real status."""
-    await asyncio.wait(running, timeout=wait)
+def _wants_events(body: ChatCompletionRequest | CompletionRequest) -> bool:
+    """Whether a streamed request asked for the program's live events."""
+    options = body.stream_options
+    return bool(body.stream and options and options.include_program_events)
+
+
+async def _first_results(
+    running: list[asyncio.Future[ModelOutputThunk]],
+    wait: float,
+    traces: list[ProgramTrace] | None = None,
+) -> None:
+    """Give the program a moment: if a call fails fast, the client gets a real status.
+
+    When the client follows the program's progress, its first event ends the wait.
+    """
+    started = [asyncio.ensure_future(t.first_event.wait()) for t in traces or [] if t.first_event]
+    try:
+        until = asyncio.FIRST_COMPLETED if started else asyncio.ALL_COMPLETED
+        await asyncio.wait([*running, *started], timeout=wait, return_when=until)
+    finally:
+        for waiter in started:
+            waiter.cancel()
     for task in running:
         if task.done():
             task.result()

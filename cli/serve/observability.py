@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -14,12 +15,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mellea.core.trace import ProgramTrace
+
 access_log = logging.getLogger("mellea.access")
 
 # The current request's record: filled in along the way, logged when the response ends.
 current_request: ContextVar[dict[str, Any] | None] = ContextVar("current_request", default=None)
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:/=+-]{1,128}$")
+ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 8, 10, 16, 32)
+MAX_REQUIREMENT_LABELS = 64  # distinct requirement labels; more share OTHER_REQUIREMENT
+REQUIREMENT_LABEL_CHARS = 80
+OTHER_REQUIREMENT = "(other)"
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -73,7 +80,31 @@ class ServerMetrics:
         self.completion_tokens = Counter(
             "m_serve_completion_tokens", "Completion tokens generated.", registry=r
         )
+        self.attempts = Histogram(
+            "m_serve_program_attempts",
+            "Attempts a program's sampling strategy made, per sampling run.",
+            buckets=ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.requirement_checks = Counter(
+            "m_serve_requirement_checks",
+            "Requirement verdicts on attempts, by requirement and result.",
+            ["requirement", "result"],
+            registry=r,
+        )
+        self.requirement_labels: set[str] = set()
         r.register(_EngineCollector())
+
+    def requirement_label(self, description: str | None) -> str:
+        """A bounded label for a requirement: its (shortened) description, the first
+        :data:`MAX_REQUIREMENT_LABELS` of them; later new ones share ``(other)``."""
+        label = (description or "(unnamed)").strip()[:REQUIREMENT_LABEL_CHARS]
+        if label in self.requirement_labels:
+            return label
+        if len(self.requirement_labels) >= MAX_REQUIREMENT_LABELS:
+            return OTHER_REQUIREMENT
+        self.requirement_labels.add(label)
+        return label
 
 
 class _EngineCollector:
@@ -143,6 +174,32 @@ def record_usage(metrics: ServerMetrics, usage: Any) -> None:
     if record is not None:
         record["prompt_tokens"] = usage.prompt_tokens
         record["completion_tokens"] = usage.completion_tokens
+
+
+def record_program(metrics: ServerMetrics, trace: ProgramTrace) -> None:
+    """Count a finished program run's attempts and requirement verdicts."""
+    attempts = 0
+    for sampling in trace.samplings:
+        metrics.attempts.observe(len(sampling.attempts))
+        attempts += len(sampling.attempts)
+        for attempt in sampling.attempts:
+            for verdict in attempt.verdicts:
+                label = metrics.requirement_label(verdict.description)
+                result = "passed" if verdict.passed else "failed"
+                metrics.requirement_checks.labels(label, result).inc()
+    record = current_request.get()
+    if record is not None and attempts:
+        record["attempts"] = record.get("attempts", 0) + attempts
+
+
+def count_program(metrics: ServerMetrics, task: asyncio.Future[Any], trace: ProgramTrace) -> None:
+    """Record ``trace`` in the metrics once the program call ``task`` has returned."""
+
+    def done(finished: asyncio.Future[Any]) -> None:
+        if not finished.cancelled() and finished.exception() is None:
+            record_program(metrics, trace)
+
+    task.add_done_callback(done)
 
 
 class RequestContext:

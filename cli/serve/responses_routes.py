@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+from asyncio import FIRST_COMPLETED
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -14,9 +15,10 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from cli.serve.disconnect import unless_disconnected
-from cli.serve.observability import ServerMetrics, StreamTimer, record_usage
+from cli.serve.observability import ServerMetrics, StreamTimer, count_program, record_usage
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import tenant_of
+from cli.serve.tracing import new_trace
 from mellea.serve.completion import run_program
 from mellea.serve.errors import OpenAIError, as_openai_error
 from mellea.serve.parsers import ReplyParser
@@ -78,7 +80,10 @@ def add_responses_routes(
         response = new_response(body, tools, model_name)
         record = StoredResponse(response.wire(), items, history) if body.stores else None
         state = _Running(CancelSignal(_cancel_check(store, response.id, record)))
-        task = asyncio.ensure_future(run_program(app.state.program.call(args)))
+        live = bool(body.stream and (body.stream_options or {}).get("include_program_events"))
+        trace = new_trace(live, model_name)
+        task = asyncio.ensure_future(run_program(app.state.program.call(args), trace))
+        count_program(metrics, task, trace)
 
         def run(source: Any, observer: StreamObserver) -> ResponseRun:
             return ResponseRun(
@@ -90,6 +95,7 @@ def add_responses_routes(
                 cancel=state.signal if record is not None else None,  # unstored: 404 on cancel
                 observer=observer,
                 logprobs=body.wants_logprobs,
+                trace=trace,
             )
 
         if not body.stream:
@@ -100,7 +106,13 @@ def add_responses_routes(
                 raise as_openai_error(whole.failure)
             return JSONResponse(whole.final)
         # Give the program a moment: if it fails fast, the client gets a real status.
-        done, _ = await asyncio.wait({task}, timeout=settings.first_result_wait)
+        # Following the program's progress, its first event ends the wait.
+        event = asyncio.ensure_future(trace.first_event.wait()) if trace.first_event else None
+        waits = {task, event} if event else {task}
+        await asyncio.wait(waits, timeout=settings.first_result_wait, return_when=FIRST_COMPLETED)
+        if event is not None:
+            event.cancel()
+        done = task.done()
         streamed = run(task.result() if done else task, StreamTimer(metrics, started))
         return stream_response(
             _sse(streamed.events()),

@@ -8,9 +8,11 @@ from typing import Any
 
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
+from mellea.core.trace import ProgramTrace, recording
 from mellea.serve.errors import as_openai_error
 from mellea.serve.logprobs import chat_logprobs
 from mellea.serve.parsers import ReplyParser
+from mellea.serve.program_report import other_calls, program_report, with_calls
 from mellea.serve.protocol import (
     AssistantMessage,
     ChatCompletion,
@@ -42,10 +44,18 @@ def as_thunk(result: Any) -> ModelOutputThunk:
     )
 
 
-async def run_program(call: Awaitable[Any]) -> ModelOutputThunk:
-    """Await a program call and normalise what it returns; failures become OpenAI errors."""
+async def run_program(call: Awaitable[Any], trace: ProgramTrace | None = None) -> ModelOutputThunk:
+    """Await a program call and normalise what it returns; failures become OpenAI errors.
+
+    With a ``trace``, the program reports into it (its model calls, attempts, verdicts).
+    """
     try:
-        return as_thunk(await call)
+        with recording(trace):
+            try:
+                return as_thunk(await call)
+            finally:
+                if trace is not None:
+                    trace.program_returned()
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -141,24 +151,30 @@ async def chat_completion(
     created: int,
     model: str,
     logprobs: bool = False,
+    traces: list[ProgramTrace] | None = None,
 ) -> ChatCompletion:
     """Await every choice's whole reply and build the non-streamed completion.
 
     With a parser, reasoning and tool calls written in the model's text are split out
     into ``reasoning_content`` and ``tool_calls``. With ``logprobs``, each choice
-    carries what its backend reported (``null`` when it reported none).
+    carries what its backend reported (``null`` when it reported none). With the
+    program ``traces`` (one per choice), each choice carries its program's report and
+    usage counts every model call of its program.
     """
-    choices, usages = [], []
+    choices, usages, calls = [], [], []
     for index, (thunk, parser) in enumerate(zip(thunks, parsers, strict=True)):
+        trace = traces[index] if traces else None
         choice, usage = await _choice(index, thunk, parser, logprobs)
+        choice.mellea = program_report(trace, thunk)
         choices.append(choice)
         usages.append(usage)
+        calls += other_calls(trace, thunk)
     return ChatCompletion(
         id=completion_id,
         created=created,
         model=model,
         choices=choices,
-        usage=total_usage(usages, n=len(usages)),
+        usage=with_calls(total_usage(usages, n=len(usages)), calls),
     )
 
 

@@ -18,10 +18,15 @@ FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "functi
 
 
 class StreamOptions(BaseModel):
-    """``stream_options``: only ``include_usage`` means anything to us."""
+    """``stream_options``: ``include_usage``, and our ``include_program_events``.
+
+    ``include_program_events`` (an extension) streams the program's progress (each
+    attempt's text, each requirement verdict, the chosen attempt) as extension chunks.
+    """
 
     model_config = ConfigDict(extra="allow")
     include_usage: bool | None = None
+    include_program_events: bool | None = None
 
 
 class JsonSchemaFormat(BaseModel):
@@ -202,6 +207,7 @@ class Choice(WireModel):
     message: AssistantMessage
     logprobs: ChoiceLogprobs | None = None
     finish_reason: FinishReason = "stop"
+    mellea: dict[str, Any] | None = None  # the program's report (mellea.serve.program_report)
 
 
 def new_completion_id() -> str:
@@ -266,6 +272,7 @@ class ChatCompletionChunk(WireModel):
     choices: list[ChunkChoice]
     usage: Usage | None = None
     system_fingerprint: str | None = None
+    mellea: dict[str, Any] | None = None  # a program event (only with include_program_events)
 
 
 class ModelCard(WireModel):
@@ -275,6 +282,7 @@ class ModelCard(WireModel):
     object: Literal["model"] = "model"
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: str = "mellea"
+    mellea: dict[str, Any] | None = None  # what the program says about itself
 
 
 class ModelList(WireModel):

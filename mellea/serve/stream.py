@@ -17,10 +17,12 @@ from typing import Any, Protocol, TypeVar
 from sse_starlette.sse import EventSourceResponse
 
 from mellea.core.thunk import ModelOutputThunk
+from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import finish_reason_of, tool_calls_of, total_usage, usage_of
 from mellea.serve.errors import StreamTimeoutError, as_openai_error
 from mellea.serve.logprobs import chat_logprobs, completion_logprobs
 from mellea.serve.parsers import ReplyDelta, ReplyParser
+from mellea.serve.program_report import event_object, other_calls, program_report, with_calls
 from mellea.serve.protocol import (
     ChatCompletionChunk,
     ChunkChoice,
@@ -59,6 +61,33 @@ async def before(deadline: float | None, awaitable: Awaitable[T]) -> T:
 
 
 ThunkSource = ModelOutputThunk | Awaitable[ModelOutputThunk]
+ProgramEvent = dict[str, Any]  # a live program event, sent as an extension chunk
+
+
+async def program_events(
+    trace: ProgramTrace | None, source: ThunkSource, index: int, deadline: float | None
+) -> AsyncIterator[ProgramEvent]:
+    """The live events of choice ``index``'s program until it returns (and those queued)."""
+    if trace is None or not trace.live:
+        return
+    work = asyncio.ensure_future(source) if inspect.isawaitable(source) else None
+    events = trace.events_while(work)
+    try:
+        while True:
+            try:
+                event = await before(deadline, anext(events))
+            except StopAsyncIteration:
+                return
+            yield event_object(event, index)
+    finally:
+        await events.aclose()
+        if work is not None and not work.done():
+            work.cancel()  # the client left or the deadline passed: the reply is not wanted
+
+
+def program_done(trace: ProgramTrace | None, thunk: ModelOutputThunk, index: int) -> ProgramEvent:
+    """The last program event of a choice: its whole report, as a non-streamed reply has it."""
+    return event_object({"type": "program.done", **(program_report(trace, thunk) or {})}, index)
 
 
 def chat_completion_events(
@@ -72,6 +101,7 @@ def chat_completion_events(
     logprobs: bool = False,
     deadline: float | None = None,
     observer: StreamObserver | None = None,
+    traces: list[ProgramTrace] | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """SSE events (``{"data": ...}`` dicts) for one streamed chat completion.
 
@@ -85,28 +115,46 @@ def chat_completion_events(
     then becomes an error frame. If the consumer stops early (the client
     disconnected) or ``deadline`` (a ``time.monotonic()`` value) passes, the thunks
     are closed, which cancels their generation.
+
+    With program ``traces`` (one per choice), usage counts every model call of the
+    programs; a live trace's events go out as extension chunks (``choices: []`` and a
+    ``mellea`` object) while its program runs, and its report as a last one.
     """
     usages: list[Usage | None] = [None] * len(sources)
+    calls: list[list[dict[str, Any]]] = [[] for _ in sources]  # each program's other calls
 
-    def frame(choice: ChunkChoice | None, usage: Usage | None = None) -> dict[str, str]:
+    def frame(
+        choice: ChunkChoice | ProgramEvent | None, usage: Usage | None = None
+    ) -> dict[str, str]:
+        event = choice if isinstance(choice, dict) else None
         body = ChatCompletionChunk(
             id=completion_id,
             created=created,
             model=model,
-            choices=[] if choice is None else [choice],
+            choices=[] if choice is None or event is not None else [choice],  # type: ignore[list-item]
             usage=usage,
+            mellea=event,
         )
         return {"data": body.model_dump_json()}
 
     streams = [
         _chat_choice_chunks(
-            index, source, parser, usages, logprobs=logprobs, deadline=deadline, observer=observer
+            index,
+            source,
+            parser,
+            usages,
+            calls,
+            logprobs=logprobs,
+            deadline=deadline,
+            observer=observer,
+            trace=traces[index] if traces else None,
         )
         for index, (source, parser) in enumerate(zip(sources, parsers, strict=True))
     ]
 
     def ending() -> list[dict[str, str]]:
         usage = total_usage(usages, n=len(usages))  # one prompt, n choices
+        usage = with_calls(usage, [call for run in calls for call in run])
         if observer is not None:
             observer.on_finish(usage)
         return [frame(None, usage=usage or Usage())] if include_usage else []
@@ -119,12 +167,18 @@ async def _chat_choice_chunks(
     source: ThunkSource,
     parser: ReplyParser | None,
     usages: list[Usage | None],
+    calls: list[list[dict[str, Any]]],
     *,
     logprobs: bool,
     deadline: float | None,
     observer: StreamObserver | None,
-) -> AsyncIterator[ChunkChoice]:
-    """One choice's stream chunks: role, deltas, tool calls, finish; its usage into ``usages``."""
+    trace: ProgramTrace | None = None,
+) -> AsyncIterator[ChunkChoice | ProgramEvent]:
+    """One choice's stream chunks: role, deltas, tool calls, finish; its usage into ``usages``
+    (its program's other calls into ``calls``).
+
+    A live ``trace``'s program events come first, as the program runs.
+    """
     thunk: ModelOutputThunk | None = None
     calls_sent = 0
     reasoning: list[str] = []
@@ -163,6 +217,10 @@ async def _chat_choice_chunks(
             yield from call_chunks(call.id, call.name or "", call.arguments or "")
 
     try:
+        if trace is not None and trace.live:
+            source = asyncio.ensure_future(source) if inspect.isawaitable(source) else source
+            async for event in program_events(trace, source, index, deadline):
+                yield event
         thunk = await before(deadline, source) if inspect.isawaitable(source) else source
         yield ChunkChoice(index=index, delta=Delta(role="assistant", content=""))
         reader = ThunkReader(thunk)
@@ -184,8 +242,11 @@ async def _chat_choice_chunks(
         for call in tool_calls_of(thunk) or []:
             for item in call_chunks(call.id, call.function.name, call.function.arguments):
                 yield item
+        if trace is not None and trace.live:
+            yield program_done(trace, thunk, index)
         yield choice(Delta(), finish="tool_calls" if calls_sent else finish_reason_of(thunk))
         usages[index] = usage_of(thunk, "".join(reasoning))
+        calls[index] = other_calls(trace, thunk)
     finally:
         if thunk is not None and not thunk.is_computed():
             await asyncio.shield(thunk.aclose())
@@ -300,23 +361,34 @@ def text_completion_events(
     logprobs: bool = False,
     n: int = 1,
     deadline: float | None = None,
+    traces: list[ProgramTrace] | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """SSE events for a streamed ``/v1/completions`` reply.
 
     ``sources[i]`` completes ``prompts[i]`` and is choice ``i`` (each prompt appears
     ``n`` times in a row); the choices run concurrently and their chunks interleave,
-    each with its ``index``.
+    each with its ``index``. Program ``traces`` work as for chat completions.
     """
     from mellea.serve.text_completion import Completion, CompletionChoice
 
     usages: list[Usage | None] = [None] * len(sources)
+    calls: list[list[dict[str, Any]]] = [[] for _ in sources]  # each program's other calls
 
     def frame(choices: list[CompletionChoice], usage: Usage | None = None) -> dict[str, str]:
         body = Completion(id=completion_id, created=created, model=model, choices=choices)
         body.usage = usage
         return {"data": body.model_dump_json()}
 
-    async def choice_chunks(index: int, source: ThunkSource) -> AsyncIterator[CompletionChoice]:
+    def item_frame(item: CompletionChoice | ProgramEvent) -> dict[str, str]:
+        if isinstance(item, dict):
+            body = Completion(id=completion_id, created=created, model=model, choices=[])
+            body.mellea = item
+            return {"data": body.model_dump_json()}
+        return frame([item])
+
+    async def choice_chunks(
+        index: int, source: ThunkSource
+    ) -> AsyncIterator[CompletionChoice | ProgramEvent]:
         thunk: ModelOutputThunk | None = None
         offset = 0  # where the next token's text starts in this choice's text
         sent = 0  # log-probability entries already sent
@@ -330,7 +402,12 @@ def text_completion_events(
                 offset += sum(len(token) for token in entries.tokens)
             return CompletionChoice(index=index, text=text, logprobs=entries, finish_reason=finish)
 
+        trace = traces[index] if traces else None
         try:
+            if trace is not None and trace.live:
+                source = asyncio.ensure_future(source) if inspect.isawaitable(source) else source
+                async for event in program_events(trace, source, index, deadline):
+                    yield event
             thunk = await before(deadline, source) if inspect.isawaitable(source) else source
             if echo:
                 yield CompletionChoice(index=index, text=prompts[index])
@@ -342,6 +419,9 @@ def text_completion_events(
                 elif thunk.is_computed():
                     break
             usages[index] = usage_of(thunk)
+            calls[index] = other_calls(trace, thunk)
+            if trace is not None and trace.live:
+                yield program_done(trace, thunk, index)
             reason = finish_reason_of(thunk)
             yield choice("", "stop" if reason == "tool_calls" else reason)
         finally:
@@ -351,6 +431,7 @@ def text_completion_events(
     streams = [choice_chunks(i, source) for i, source in enumerate(sources)]
 
     def ending() -> list[dict[str, str]]:
-        return [frame([], usage=total_usage(usages, n))] if include_usage else []
+        usage = with_calls(total_usage(usages, n), [call for run in calls for call in run])
+        return [frame([], usage=usage)] if include_usage else []
 
-    return _framed(streams, lambda item: frame([item]), ending, completion_id)
+    return _framed(streams, item_frame, ending, completion_id)

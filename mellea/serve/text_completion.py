@@ -9,9 +9,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mellea.core.thunk import ModelOutputThunk
+from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import finish_reason_of, total_usage, usage_of
 from mellea.serve.errors import OpenAIError
 from mellea.serve.logprobs import CompletionLogprobs, completion_logprobs
+from mellea.serve.program_report import other_calls, program_report, with_calls
 from mellea.serve.protocol import MAX_INT32, StreamOptions, Usage, WireModel
 
 
@@ -76,6 +78,7 @@ class CompletionChoice(WireModel):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: Literal["stop", "length", "content_filter"] | None = None
+    mellea: dict[str, Any] | None = None  # the program's report (mellea.serve.program_report)
 
 
 def new_text_completion_id() -> str:
@@ -93,6 +96,7 @@ class Completion(WireModel):
     choices: list[CompletionChoice]
     usage: Usage | None = None
     system_fingerprint: str | None = None
+    mellea: dict[str, Any] | None = None  # a program event in a stream chunk
 
 
 async def text_completion(
@@ -105,13 +109,17 @@ async def text_completion(
     echo: bool = False,
     logprobs: bool = False,
     n: int = 1,
+    traces: list[ProgramTrace] | None = None,
 ) -> Completion:
     """Await every choice's reply and build the non-streamed completion.
 
     ``thunks[i]`` completes ``prompts[i]``; each prompt appears ``n`` times in a row.
+    With program ``traces`` (one per choice), each choice carries its program's report
+    and usage counts every model call of its program.
     """
-    choices, usages = [], []
+    choices, usages, calls = [], [], []
     for index, (thunk, prompt) in enumerate(zip(thunks, prompts, strict=True)):
+        trace = traces[index] if traces else None
         text = await thunk.avalue()
         reason = finish_reason_of(thunk)
         entries = thunk.logprobs if logprobs else None
@@ -121,15 +129,17 @@ async def text_completion(
                 text=(prompt + text) if echo else text,
                 logprobs=completion_logprobs(entries) if entries else None,
                 finish_reason="stop" if reason == "tool_calls" else reason,
+                mellea=program_report(trace, thunk),
             )
         )
         usages.append(usage_of(thunk))
+        calls += other_calls(trace, thunk)
     return Completion(
         id=completion_id,
         created=created,
         model=model,
         choices=choices,
-        usage=total_usage(usages, n) or Usage(),
+        usage=with_calls(total_usage(usages, n), calls) or Usage(),
     )
 
 

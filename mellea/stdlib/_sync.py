@@ -8,6 +8,7 @@ worker threads, and even when the caller's thread already runs a loop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -30,5 +31,11 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion on the background loop and return its result."""
-    return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result()
+    """Run ``coro`` to completion on the background loop and return its result.
+
+    The coroutine runs in a copy of the caller's context, so context variables set by
+    the caller (a request's program trace, for one) are seen by the code it runs.
+    """
+    context = contextvars.copy_context()
+    future = context.run(asyncio.run_coroutine_threadsafe, coro, _background_loop())
+    return future.result()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any, Literal
 
@@ -12,6 +13,7 @@ from mellea.core.content import user_content
 from mellea.core.requirement import Requirement, ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
+from mellea.core.trace import current_trace
 from mellea.formatters import chat_dicts
 from mellea.stdlib._sync import run_sync
 from mellea.stdlib.components.chat import Message
@@ -174,9 +176,27 @@ class MelleaSession:
         return_sampling_results: bool,
         await_result: bool,
     ) -> ModelOutputThunk | SamplingResult:
-        """Run ``generate`` under ``strategy``, record the turn and shape the result."""
-        if strategy is None or not reqs:
-            thunk = await generate(0)
+        """Run ``generate`` under ``strategy``, record the turn and shape the result.
+
+        Each model call, attempt and verdict is reported to the request's program trace
+        (:mod:`mellea.core.trace`) when the server records one.
+        """
+        trace = current_trace()
+        sampling = strategy is not None and bool(reqs)
+        run = trace.sampling_started() if trace is not None and sampling else None
+        model = getattr(self.backend, "model_id", None)
+
+        async def traced(attempt: int, retry: Retry | None = None) -> ModelOutputThunk:
+            thunk = await generate(attempt, retry)
+            if trace is not None:
+                if sampling:
+                    trace.attempt_started(attempt, thunk, model, run)
+                else:
+                    trace.model_call(thunk, "generate", model=model)
+            return thunk
+
+        if not sampling:
+            thunk = await traced(0)
             self._record(action, thunk)
             if await_result or strategy is not None or return_sampling_results:
                 await thunk.avalue()
@@ -189,9 +209,18 @@ class MelleaSession:
             thunk: ModelOutputThunk, to_check: list[Requirement]
         ) -> list[tuple[Requirement, ValidationResult]]:
             ctx = self.ctx.add(action).add(thunk)
-            return [(r, await self._validate_one(r, ctx)) for r in to_check]
+            checks = []
+            for r in to_check:
+                began = time.time_ns() if trace is not None else None
+                checks.append((r, await self._validate_one(r, ctx)))
+                if trace is not None:
+                    trace.requirement_checked(thunk, r, checks[-1][1], began)
+            return checks
 
-        result = await strategy.asample(generate, validate, reqs)
+        assert strategy is not None
+        result = await strategy.asample(traced, validate, reqs)
+        if trace is not None:
+            trace.sampled(result, run)
         _parse_into(action, result.result)
         self._record(action, result.result)
         return result if return_sampling_results else result.result
@@ -262,6 +291,9 @@ class MelleaSession:
         thunk = await self.backend.generate(
             messages, model_options=options, format=format, tool_calls=tool_calls
         )
+        trace = current_trace()
+        if trace is not None:
+            trace.model_call(thunk, "chat", model=getattr(self.backend, "model_id", None))
         reply = await thunk.avalue()
         self.ctx = self.ctx.add(message).add(thunk)
         return Message("assistant", reply, thunk)
@@ -310,6 +342,9 @@ class MelleaSession:
         judge = await self.backend.generate(
             [{"role": "user", "content": question}], model_options=dict(JUDGE_OPTIONS)
         )
+        trace = current_trace()
+        if trace is not None:
+            trace.judged(judge, requirement, getattr(self.backend, "model_id", None), output)
         answer = await judge.avalue()
         return ValidationResult(requirement.output_to_bool(answer), reason=answer, thunk=judge)
 

@@ -141,6 +141,8 @@ class ResponseObject(BaseModel):
     user: str | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     store: bool = True
+    # The program's report (mellea.serve.program_report), once the response has ended.
+    mellea: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def wire(self) -> dict[str, Any]:
         """The JSON-ready dict sent to clients and kept in the store."""

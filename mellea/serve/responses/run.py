@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from mellea.core.errors import RequestError
 from mellea.core.thunk import ModelOutputThunk
+from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import tool_calls_of, usage_of
 from mellea.serve.errors import (
     GENERIC_SERVER_MESSAGE,
@@ -24,6 +25,7 @@ from mellea.serve.errors import (
     StreamTimeoutError,
 )
 from mellea.serve.parsers import ReplyDelta, ReplyParser, new_call_id
+from mellea.serve.program_report import program_report, program_usage
 from mellea.serve.reading import ThunkReader
 from mellea.serve.responses.objects import ResponseObject, ResponseUsage
 from mellea.serve.responses.output import Event, OutputBuilder
@@ -94,10 +96,14 @@ class ResponseRun:
         cancel: CancelSignal | None = None,
         observer: StreamObserver | None = None,
         logprobs: bool = False,
+        trace: ProgramTrace | None = None,
     ) -> None:
         """Prepare a run; nothing happens until :meth:`events` is iterated.
 
         With ``logprobs``, message text carries the thunk's token log-probabilities.
+        With the program's ``trace``, the response carries its report (``mellea``) and
+        usage counts every model call; a live trace's events are sent as they happen,
+        as ``mellea.*`` events.
         """
         self.source = source
         self.response = response
@@ -107,6 +113,7 @@ class ResponseRun:
         self.cancel = cancel
         self.observer = observer
         self.logprobs = logprobs
+        self.trace = trace
         self.failure: Exception | None = None
         self.final: dict[str, Any] | None = None
         self._sequence = 0
@@ -127,6 +134,9 @@ class ResponseRun:
             yield self._stamp({"type": "response.created", "response": self.response.wire()})
             yield self._stamp({"type": "response.in_progress", "response": self.response.wire()})
             source = self.source
+            if self.trace is not None and self.trace.live:
+                async for event in self._program_events():
+                    yield self._stamp(event)
             thunk = await self._next(source) if inspect.isawaitable(source) else source
             reader = ThunkReader(thunk)
             while True:
@@ -177,9 +187,10 @@ class ResponseRun:
             events += builder.function_call(call.id, call.function.name, call.function.arguments)
         reason = _INCOMPLETE_REASONS.get(thunk.finish_reason or "")
         events += builder.finish("incomplete" if reason else "completed")
-        usage = usage_of(thunk)
+        usage = program_usage(self.trace, thunk, usage_of(thunk))
         response = self.response
         response.usage = ResponseUsage.from_usage(usage) if usage else None
+        response.mellea = program_report(self.trace, thunk)
         if reason:
             response.status = "incomplete"
             response.incomplete_details = {"reason": reason}
@@ -189,6 +200,22 @@ class ResponseRun:
         if self.observer is not None:
             self.observer.on_finish(usage)
         return events
+
+    async def _program_events(self) -> AsyncIterator[Event]:
+        """The program's live events until it returns: ``mellea.<type>`` events."""
+        assert self.trace is not None
+        source = self.source
+        work = source if isinstance(source, asyncio.Future) else None
+        events = self.trace.events_while(work)
+        try:
+            while True:
+                try:
+                    event = await self._next(anext(events))
+                except StopAsyncIteration:
+                    return
+                yield {**event, "type": f"mellea.{event['type']}"}
+        finally:
+            await events.aclose()
 
     async def _next(self, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable`` unless the deadline passes or the response is cancelled first."""

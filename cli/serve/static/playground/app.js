@@ -32,6 +32,7 @@
     forgetKey: $("forget-key"),
     keyButton: $("key-button"),
     settingsToggle: $("settings-toggle"),
+    programAbout: $("program-about"),
   };
 
   const state = {
@@ -109,7 +110,8 @@
       model: state.model,
       messages,
       stream: true,
-      stream_options: { include_usage: true },
+      // include_program_events: the program's attempts and requirement verdicts, live.
+      stream_options: { include_usage: true, include_program_events: true },
     };
     const temperature = numberField(el.temperature, false);
     const maxTokens = numberField(el.maxTokens, true);
@@ -190,6 +192,7 @@
       this.renderQueued = false;
       this.tools = node("div", "tool-calls", { "data-testid": "tool-calls" });
       this.stats = node("div", "stats", { "data-testid": "reply-stats" });
+      this.program = null; // the attempts panel, once the program reports an attempt
       this.bubble.append(this.content, this.tools);
       this.wrap.append(role, this.bubble, this.stats);
       el.messages.append(this.wrap);
@@ -277,6 +280,66 @@
       }
     }
 
+    // A program event (stream_options.include_program_events): attempts and verdicts go
+    // into a panel folded under the answer.
+    addProgramEvent(event) {
+      if (event.type === "program.done") return;
+      if (!this.program) {
+        const panel = node("details", "attempts", { "data-testid": "attempts" });
+        this.programSummary = node("summary", "", { "data-testid": "attempts-summary" });
+        this.programList = node("div", "attempt-list");
+        panel.append(this.programSummary, this.programList);
+        this.bubble.append(panel);
+        this.program = panel;
+        this.attempts = new Map();
+      }
+      const attempt = this.attemptBox(event);
+      if (event.type === "attempt.delta") {
+        this.markToken();
+        attempt.text.append(event.text);
+        this.programSummary.textContent = `Attempt ${event.attempt + 1}: generating…`;
+      } else if (event.type === "requirement.checked") {
+        const item = node("li", event.passed ? "verdict passed" : "verdict failed", {
+          "data-testid": "verdict",
+          "data-passed": String(event.passed),
+        });
+        item.textContent = `${event.passed ? "✓" : "✗"} ${event.description ?? "requirement"}`;
+        if (event.reason) {
+          const why = node("span", "verdict-reason");
+          why.textContent = ` — ${event.reason}`;
+          item.append(why);
+        }
+        attempt.verdicts.append(item);
+        this.programSummary.textContent = `Attempt ${event.attempt + 1}: checking requirements…`;
+      } else if (event.type === "attempt.chosen") {
+        attempt.box.classList.add("chosen");
+        attempt.box.dataset.chosen = "true";
+        attempt.label.textContent = `${attemptName(event)} · chosen`;
+        const count = event.attempt_count;
+        const met = event.requirements_met ? "requirements met" : "requirements not met";
+        this.programSummary.textContent =
+          `${count} attempt${count === 1 ? "" : "s"} · ${met} · showing attempt ${event.attempt + 1}`;
+        this.program.dataset.met = String(Boolean(event.requirements_met));
+      }
+      scrollDown(false);
+    }
+
+    // One box per attempt of each sampling run (a program may sample more than once).
+    attemptBox(event) {
+      const key = `${event.run ?? 0}:${event.attempt}`;
+      if (!this.attempts.has(key)) {
+        const box = node("div", "attempt", { "data-testid": "attempt" });
+        const label = node("div", "attempt-label");
+        label.textContent = attemptName(event);
+        const text = node("div", "attempt-text", { "data-testid": "attempt-text" });
+        const verdicts = node("ul", "verdicts");
+        box.append(label, text, verdicts);
+        this.programList.append(box);
+        this.attempts.set(key, { box, label, text, verdicts });
+      }
+      return this.attempts.get(key);
+    }
+
     showError(message) {
       const box = node("div", "error", { "data-testid": "reply-error" });
       box.textContent = message;
@@ -351,6 +414,11 @@
       if (calls.length) message.tool_calls = calls;
       return message;
     }
+  }
+
+  function attemptName(event) {
+    const run = event.run ? `Run ${event.run + 1} · ` : "";
+    return `${run}Attempt ${event.attempt + 1}`;
   }
 
   // A small, safe subset of Markdown (fenced code, inline code, bold, headings), built as
@@ -493,6 +561,7 @@
         continue;
       }
       if (chunk.usage) reply.usage = chunk.usage;
+      if (chunk.mellea) reply.addProgramEvent(chunk.mellea);
       for (const choice of chunk.choices || []) {
         const delta = choice.delta || {};
         const reasoning = delta.reasoning_content ?? delta.reasoning;
@@ -635,6 +704,23 @@
 
   // ---- start-up ----
 
+  // What the program says about itself (GET /v1/models): its docstring and parameters.
+  function describeProgram(about) {
+    if (!about) return;
+    const doc = about.description || (about.serve && about.serve.description);
+    const params = (about.serve && about.serve.parameters) || [];
+    el.programAbout.replaceChildren();
+    if (doc) {
+      const text = node("p", "program-doc", { "data-testid": "program-doc" });
+      text.textContent = doc;
+      el.programAbout.append(text);
+    }
+    const line = node("p", "muted program-params", { "data-testid": "program-params" });
+    line.textContent = `serve() takes: ${["input", ...params].join(", ")}`;
+    el.programAbout.append(line);
+    el.programAbout.hidden = false;
+  }
+
   async function checkServer() {
     try {
       const response = await fetch(MODELS_URL, { headers: authHeaders() });
@@ -645,11 +731,13 @@
       }
       if (!response.ok) throw new Error(await errorMessage(response));
       const models = await response.json();
-      const id = models.data && models.data[0] && models.data[0].id;
+      const card = models.data && models.data[0];
+      const id = card && card.id;
       if (id) {
         state.model = id;
         el.modelName.textContent = id;
       }
+      describeProgram(card && card.mellea);
       el.dot.className = "dot ok";
       el.dot.title = "Connected";
     } catch (error) {
