@@ -34,6 +34,7 @@ from mellea.serve.responses import (
     replay_events,
     serve_arguments,
 )
+from mellea.serve.responses.arguments import naming_input
 from mellea.serve.stream import StreamObserver, stream_response
 
 log = logging.getLogger("mellea.serve")
@@ -82,7 +83,7 @@ def add_responses_routes(
         state = _Running(CancelSignal(_cancel_check(store, response.id, record)))
         live = bool(body.stream and (body.stream_options or {}).get("include_program_events"))
         trace = new_trace(live, model_name)
-        task = asyncio.ensure_future(run_program(app.state.program.call(args), trace))
+        task = asyncio.ensure_future(naming_input(run_program(app.state.program.call(args), trace)))
         count_program(metrics, task, trace)
 
         def run(source: Any, observer: StreamObserver) -> ResponseRun:

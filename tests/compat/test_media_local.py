@@ -48,10 +48,12 @@ def test_media_are_refused_with_a_400_naming_messages(local_server, stream, part
     assert "Traceback" not in local_server.log
 
 
-def test_audio_in_responses_input_is_refused(local_server):
+@pytest.mark.parametrize("stream", [False, True])
+def test_audio_in_responses_input_is_refused_naming_input(local_server, stream):
     with pytest.raises(openai.BadRequestError) as caught:
         client(local_server).responses.create(
             model="m",
+            stream=stream,
             input=[
                 {
                     "role": "user",
@@ -62,7 +64,7 @@ def test_audio_in_responses_input_is_refused(local_server):
                 }
             ],
         )
-    assert caught.value.body["param"] == "messages"
+    assert caught.value.body["param"] == "input"  # the field a Responses client sent
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from mellea.backends.model_options import ModelOption
 from mellea.serve.errors import OpenAIError
@@ -23,6 +24,8 @@ from mellea.serve.schema import UnsupportedSchemaError, model_from_schema
 log = logging.getLogger("mellea.serve")
 
 _NOT_IN_CLIENT_OPTIONS = {"input", "instructions", "requirements"}
+
+T = TypeVar("T")
 
 
 def check_request(request: ResponsesRequest) -> list[FunctionTool]:
@@ -137,3 +140,15 @@ def _format_model(request: ResponsesRequest) -> type | None:
     except Exception:  # a malformed schema can trip the converter in many ways
         message = "the JSON schema is malformed or uses constructs this server cannot handle"
     raise OpenAIError(400, message, param="text.format.schema")
+
+
+async def naming_input(call: Awaitable[T]) -> T:
+    """Await a program call for a Responses request; a client error that names the chat
+    ``messages`` the program saw (a prompt too long, media the model cannot read) names
+    the request's ``input`` instead, the field this client sent."""
+    try:
+        return await call
+    except OpenAIError as exc:
+        if exc.param is not None and exc.param.startswith("messages"):
+            exc.param = "input"
+        raise
