@@ -25,6 +25,7 @@ from cli.serve.program import Program
 from cli.serve.reload import watch_program
 from cli.serve.responses_routes import add_responses_routes
 from cli.serve.settings import ServeSettings
+from mellea.backends.runtime import StepHook, current_runtime
 from mellea.core.thunk import ModelOutputThunk
 from mellea.serve.completion import chat_completion, run_program
 from mellea.serve.errors import (
@@ -63,20 +64,38 @@ log = logging.getLogger("mellea.serve")
 T = TypeVar("T")
 
 
+def build_app(
+    settings: ServeSettings,
+    on_ready: Callable[[], None] | None = None,
+    progress: StepHook | None = None,
+) -> FastAPI:
+    """The app for ``settings``: its runtime, the program loaded under it, the routes.
+
+    With ``--model``, that model loads first, so a model that is not here stops the
+    start with :class:`ModelUnavailableError`; a program that cannot be imported (its
+    own model missing included) raises :class:`ProgramLoadError`. Both say it in one line.
+    """
+    runtime = settings.runtime(progress)
+    if settings.model is not None:
+        runtime.engine()
+    program = Program.load(settings.program, runtime)
+    return create_app(program, settings, on_ready)
+
+
 def create_app(
     program: Program, settings: ServeSettings, on_ready: Callable[[], None] | None = None
 ) -> FastAPI:
     """Build the HTTP app serving ``program`` (no global state: call it as often as needed).
 
-    ``on_ready`` runs once the app has started and the local model is warm.
+    The app shares the runtime ``program`` was loaded under (else the process's default
+    one). ``on_ready`` runs once the app has started and the local models are warm.
     """
-    metrics = ServerMetrics()
+    runtime = program.runtime or current_runtime()
+    metrics = ServerMetrics(runtime.engine_stats)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from mellea.backends.local import warm_up
-
-        warmed = await warm_up()
+        warmed = await runtime.warm_up()
         if warmed:
             log.info("warmed up %d local engine(s)", warmed)
         stop = asyncio.Event()
@@ -100,6 +119,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.program = program
+    app.state.runtime = runtime
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.ready = False

@@ -7,6 +7,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -35,7 +36,8 @@ class RequestIdFilter(logging.Filter):
 class ServerMetrics:
     """The server's Prometheus metrics, in a registry of its own (one per app)."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine_stats: Callable[[], dict[str, dict[str, Any]]] | None = None) -> None:
+        """``engine_stats`` reports the app's local engines (its runtime's), by model."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -73,15 +75,17 @@ class ServerMetrics:
         self.completion_tokens = Counter(
             "m_serve_completion_tokens", "Completion tokens generated.", registry=r
         )
-        r.register(_EngineCollector())
+        if engine_stats is not None:
+            r.register(_EngineCollector(engine_stats))
 
 
 class _EngineCollector:
-    """KV-cache and prefix-cache figures of the local engines loaded in this process."""
+    """KV-cache and prefix-cache figures of the app's local engines."""
+
+    def __init__(self, engine_stats: Callable[[], dict[str, dict[str, Any]]]) -> None:
+        self.engine_stats = engine_stats
 
     def collect(self) -> Any:
-        from mellea.backends.local import engine_stats
-
         used = GaugeMetricFamily(
             "m_serve_kv_cache_blocks_used", "KV-cache blocks in use.", labels=["model"]
         )
@@ -98,7 +102,7 @@ class _EngineCollector:
             "Requests inside the local engine, running or waiting for KV blocks.",
             labels=["model", "state"],
         )
-        for model, stats in engine_stats().items():
+        for model, stats in self.engine_stats().items():
             if "kv_blocks_used" in stats:
                 used.add_metric([model], stats["kv_blocks_used"])
                 free.add_metric([model], stats.get("kv_blocks_free", 0))

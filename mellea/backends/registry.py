@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mellea.backends.base import Backend
+from mellea.backends.runtime import current_runtime
 
 LOCAL_NAMES = ("local", "hf", "huggingface")
 OPENAI_NAMES = ("openai",)
@@ -19,13 +20,22 @@ def create_backend(
     model_options: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> Backend:
-    """Build the backend called ``name``; an unknown name lists the known ones."""
+    """Build the backend called ``name``; an unknown name lists the known ones.
+
+    Under ``m serve --model``, ``ollama`` sessions run on the local engine with that
+    model too (a program written for Granite on Ollama can be tried on the bundled
+    model); ``openai`` sessions keep the server they name.
+    """
     key = (name or "local").lower()
     model = _model_name(model_id)
+    runtime = current_runtime()
+    if key in OLLAMA_NAMES and runtime.model is not None:
+        runtime.note_once("program asked for the ollama backend; serving it locally (--model)")
+        key, kwargs = "local", {}  # ollama's connection arguments mean nothing here
     if key in LOCAL_NAMES:
         from mellea.backends.local import LocalBackend
 
-        return LocalBackend(model, model_options=model_options, **kwargs)
+        return LocalBackend(model_id, model_options=model_options, **kwargs)
     if key in OPENAI_NAMES + OLLAMA_NAMES:
         from mellea.backends.openai import OpenAIBackend
 
