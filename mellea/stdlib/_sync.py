@@ -3,6 +3,10 @@
 Sync methods (``session.instruct`` and friends) run their coroutine on one
 background event loop owned by this process, so they work in plain scripts, in
 worker threads, and even when the caller's thread already runs a loop.
+
+The loop holds no settings: each coroutine runs in a copy of its caller's context,
+so the runtime active where ``instruct`` was called (the serving app's, see
+:mod:`mellea.backends.runtime`) is the one the coroutine sees.
 """
 
 from __future__ import annotations
@@ -30,5 +34,9 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion on the background loop and return its result."""
+    """Run ``coro`` to completion on the background loop and return its result.
+
+    ``run_coroutine_threadsafe`` schedules the task from this thread, so the task
+    starts from a copy of this thread's context variables.
+    """
     return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result()
