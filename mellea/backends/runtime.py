@@ -89,7 +89,8 @@ class Runtime:
         self._engines: dict[tuple[Any, ...], Engine] = {}  # by resolved model
         self._spellings: dict[tuple[Any, ...], Engine] = {}  # by what a session asked for
         self._noted: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the dicts above
+        self._build_lock = threading.Lock()  # one engine is built at a time
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Runtime]:
@@ -117,13 +118,22 @@ class Runtime:
         spelling = (spec, _frozen(engine_kwargs))
         with self._lock:
             engine = self._spellings.get(spelling)
-            if engine is None:
-                path = self._resolve(spec)
-                key = (str(path.resolve()), *_placement(engine_kwargs))
+        if engine is not None:
+            return engine
+        # One load at a time; lookups of loaded engines (and stats) do not wait for it.
+        with self._build_lock:
+            with self._lock:
+                engine = self._spellings.get(spelling)
+            if engine is not None:
+                return engine
+            path = self._resolve(spec)
+            key = (str(path.resolve()), *_placement(engine_kwargs))
+            with self._lock:
                 engine = self._engines.get(key)
-                if engine is None:
-                    engine = self._build(path, spec, engine_kwargs)
-                    self._engines[key] = engine
+            if engine is None:
+                engine = self._build(path, spec, engine_kwargs)
+            with self._lock:
+                self._engines[key] = engine
                 self._spellings[spelling] = engine
             return engine
 

@@ -62,6 +62,17 @@ def test_every_spelling_of_one_directory_shares_one_engine(model_dir: Path, tmp_
     assert len(runtime.engines()) == 2
 
 
+def test_sessions_started_at_once_from_many_threads_build_one_engine(model_dir: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    runtime = Runtime(engine_factory=FakeEngine)
+    before = FakeEngine.built
+    with ThreadPoolExecutor(8) as pool:
+        engines = list(pool.map(lambda _: runtime.engine(str(model_dir)), range(32)))
+    assert FakeEngine.built - before == 1
+    assert all(engine is engines[0] for engine in engines)
+
+
 @pytest.mark.model
 def test_the_three_spellings_of_the_default_model_share_one_engine():
     from mellea.engine.loader import DEFAULT_MODEL_ID, resolve_model
