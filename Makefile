@@ -33,7 +33,7 @@ test: install browser
 	$(BIN)/python -m pytest
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not model"
+	$(BIN)/python -m pytest -m "not model and not e2e and not slow"
 
 lint: install
 	$(BIN)/ruff check .

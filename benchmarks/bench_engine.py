@@ -3,7 +3,7 @@
 Measures, in one run, for streaming greedy requests of N new tokens (EOS ignored):
 
 1. naive: one Hugging Face ``generate()`` per request, requests in threads
-   (``mellea.engine.hf_generate``), at concurrency 1 and 8;
+   (``benchmarks/hf_generate.py``), at concurrency 1 and 8;
 2. the engine at concurrency 1, 8 and 32;
 3. the limit: bare batched greedy decode loops without any serving, at batch 1, 8, 32:
    the Hugging Face model with its KV cache, and the engine's own model weights over
@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results" / "engine.json"
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the naive baseline lives beside us, in benchmarks/
 
 TOPICS = [
     "how tides work",
@@ -530,7 +534,7 @@ async def run_naive_suite(
     prompts: list[list[int]], max_tokens: int, levels: list[int]
 ) -> list[RunResult]:
     """One ``generate()`` per request, in threads (one request per client: it is slow)."""
-    from mellea.engine.hf_generate import HFGenerateEngine
+    from benchmarks.hf_generate import HFGenerateEngine
 
     naive = HFGenerateEngine()
     await warm_up(naive.add_request, prompts[0])

@@ -1,7 +1,7 @@
 """Throughput through `m serve`: the batching engine against one generate() per request.
 
-Starts `m serve docs/examples/hello.py` twice in one run, on the engine and on the
-naive backend (`MELLEA_ENGINE=hf`), and streams greedy 64-token replies
+Starts `m serve` twice in one run: `docs/examples/hello.py` on the engine, and
+`benchmarks/naive_hello.py`, the same program on the naive baseline, and streams greedy 64-token replies
 (`ignore_eos`) over HTTP at several concurrency levels. Writes
 `benchmarks/results/serve.json` and, with the engine benchmark's results from
 `benchmarks/results/engine.json` (run `bench_engine.py` first), the plot
@@ -91,12 +91,15 @@ async def level(
     }
 
 
+NAIVE_PROGRAM = ROOT / "benchmarks" / "naive_hello.py"
+
+
 def run_system(
-    name: str, env: dict[str, str], levels: list[int], per_client: int, max_tokens: int
+    name: str, program: Path, levels: list[int], per_client: int, max_tokens: int
 ) -> list[dict]:
-    """Serve the example with ``env`` and measure every level."""
+    """Serve ``program`` and measure every level."""
     results = []
-    with serve(EXAMPLES / "hello.py", "--no-playground", env=env) as server:
+    with serve(program, "--no-playground") as server:
         for i, conc in enumerate(levels):
             wait_for_quiet()
             row = asyncio.run(level(server.base_url, conc, per_client, max_tokens, 1000 * i))
@@ -160,10 +163,10 @@ def main() -> None:
         saved = json.loads(out.read_text())
         rows, max_tokens = saved["rows"], saved["max_tokens"]
     else:
-        rows = run_system("engine", {}, [1, 8] if args.quick else [1, 8, 32], 2, max_tokens)
-        rows += run_system(
-            "naive", {"MELLEA_ENGINE": "hf"}, [1, 8], 1 if args.quick else 2, max_tokens
+        rows = run_system(
+            "engine", EXAMPLES / "hello.py", [1, 8] if args.quick else [1, 8, 32], 2, max_tokens
         )
+        rows += run_system("naive", NAIVE_PROGRAM, [1, 8], 1 if args.quick else 2, max_tokens)
         by = {(r["system"], r["concurrency"]): r for r in rows}
         ratio = by["engine", 8]["tokens_per_s"] / by["naive", 8]["tokens_per_s"]
         print(f"m serve, engine@8 / naive@8: {ratio:.2f}x")

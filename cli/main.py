@@ -80,7 +80,7 @@ def serve(
         typer.Option(
             envvar="M_SERVE_RELOAD",
             rich_help_panel=SERVER,
-            help="Restart the server when a .py file in the program's folder changes.",
+            help="Re-import the program (in this process, keeping the loaded model) when a .py file in its folder changes.",
         ),
     ] = False,
     playground: Annotated[
@@ -124,10 +124,19 @@ def serve(
             help="Split reasoning out of the reply: qwen3 (<think>...</think>) or deepseek_r1 \\[default: none].",
         ),
     ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            envvar="M_SERVE_MODEL",
+            rich_help_panel=MODEL,
+            help="Serve this model (a Hugging Face id, a model directory or a .gguf file) to every local and ollama session, whatever model the program names. Loaded at start; a model not here stops the start.",
+        ),
+    ] = None,
     kv_cache_memory: Annotated[
         str | None,
         typer.Option(
-            envvar="MELLEA_KV_CACHE_MEMORY",
+            envvar="M_SERVE_KV_CACHE_MEMORY",
             rich_help_panel=MODEL,
             help="KV-cache budget of the local engine: bytes (2GiB, 512MiB) or a fraction of memory (0.25) \\[default: 1GiB on CPU, capped by need].",
         ),
@@ -291,6 +300,7 @@ def serve(
         tool_call_parser=None if tool_call_parser.lower() == "none" else tool_call_parser,
         reasoning_parser=reasoning_parser,
         kv_cache_memory=kv_cache_memory,
+        model=model,
         responses_db=str(responses_db.expanduser().resolve()) if responses_db else None,
         responses_max_count=responses_max_count or None,
         responses_max_age=max_age or None,

@@ -36,6 +36,7 @@ from cli.serve.responses_routes import add_responses_routes
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import CacheSalt
 from cli.serve.tracing import Tracing, new_trace, tracer_from_env
+from mellea.backends.runtime import StepHook, current_runtime
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import chat_completion, run_program
@@ -75,6 +76,24 @@ log = logging.getLogger("mellea.serve")
 T = TypeVar("T")
 
 
+def build_app(
+    settings: ServeSettings,
+    on_ready: Callable[[], None] | None = None,
+    progress: StepHook | None = None,
+) -> FastAPI:
+    """The app for ``settings``: its runtime, the program loaded under it, the routes.
+
+    With ``--model``, that model loads first, so a model that is not here stops the
+    start with :class:`ModelUnavailableError`; a program that cannot be imported (its
+    own model missing included) raises :class:`ProgramLoadError`. Both say it in one line.
+    """
+    runtime = settings.runtime(progress)
+    if settings.model is not None:
+        runtime.engine()
+    program = Program.load(settings.program, runtime)
+    return create_app(program, settings, on_ready)
+
+
 def create_app(
     program: Program,
     settings: ServeSettings,
@@ -83,17 +102,17 @@ def create_app(
 ) -> FastAPI:
     """Build the HTTP app serving ``program`` (no global state: call it as often as needed).
 
-    ``on_ready`` runs once the app has started and the local model is warm. ``tracer``
-    (an OpenTelemetry tracer) receives the request and program spans; by default one
-    exporting over OTLP when ``OTEL_EXPORTER_OTLP_*`` is set, else no spans at all.
+    The app shares the runtime ``program`` was loaded under (else the process's default
+    one). ``on_ready`` runs once the app has started and the local models are warm.
+    ``tracer`` (an OpenTelemetry tracer) receives the request and program spans; by
+    default one exporting over OTLP when ``OTEL_EXPORTER_OTLP_*`` is set, else none.
     """
-    metrics = ServerMetrics()
+    runtime = program.runtime or current_runtime()
+    metrics = ServerMetrics(runtime.engine_stats)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from mellea.backends.local import warm_up
-
-        warmed = await warm_up()
+        warmed = await runtime.warm_up()
         if warmed:
             log.info("warmed up %d local engine(s)", warmed)
         stop = asyncio.Event()
@@ -117,6 +136,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.program = program
+    app.state.runtime = runtime
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.ready = False

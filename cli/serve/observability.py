@@ -8,6 +8,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -42,7 +43,8 @@ class RequestIdFilter(logging.Filter):
 class ServerMetrics:
     """The server's Prometheus metrics, in a registry of its own (one per app)."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine_stats: Callable[[], dict[str, dict[str, Any]]] | None = None) -> None:
+        """``engine_stats`` reports the app's local engines (its runtime's), by model."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -93,7 +95,8 @@ class ServerMetrics:
             registry=r,
         )
         self.requirement_labels: set[str] = set()
-        r.register(_EngineCollector())
+        if engine_stats is not None:
+            r.register(_EngineCollector(engine_stats))
 
     def requirement_label(self, description: str | None) -> str:
         """A bounded label for a requirement: its (shortened) description, the first
@@ -108,11 +111,12 @@ class ServerMetrics:
 
 
 class _EngineCollector:
-    """KV-cache and prefix-cache figures of the local engines loaded in this process."""
+    """KV-cache and prefix-cache figures of the app's local engines."""
+
+    def __init__(self, engine_stats: Callable[[], dict[str, dict[str, Any]]]) -> None:
+        self.engine_stats = engine_stats
 
     def collect(self) -> Any:
-        from mellea.backends.local import engine_stats
-
         used = GaugeMetricFamily(
             "m_serve_kv_cache_blocks_used", "KV-cache blocks in use.", labels=["model"]
         )
@@ -129,7 +133,7 @@ class _EngineCollector:
             "Requests inside the local engine, running or waiting for KV blocks.",
             labels=["model", "state"],
         )
-        for model, stats in engine_stats().items():
+        for model, stats in self.engine_stats().items():
             if "kv_blocks_used" in stats:
                 used.add_metric([model], stats["kv_blocks_used"])
                 free.add_metric([model], stats.get("kv_blocks_free", 0))

@@ -1,7 +1,13 @@
-"""Load a user's program file and call its ``serve()``."""
+"""Load a user's program file and call its ``serve()``, under the app's runtime.
+
+The program is imported, and each of its calls runs, with the app's
+:class:`~mellea.backends.runtime.Runtime` active, so ``mellea.start_session()``
+(at module level or inside ``serve()``) shares that app's engines and settings.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -15,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from mellea.backends.runtime import Runtime
 from mellea.serve.messages import ChatMessage
 from mellea.serve.options import ServeArguments
 
@@ -36,14 +43,17 @@ class Program:
     accepts: frozenset[str]
     serve_completion: Callable[..., Any] | None = None
     completion_accepts: frozenset[str] = frozenset()
+    runtime: Runtime | None = None  # None: the process's default runtime
 
     @classmethod
-    def load(cls, path: str | Path) -> Program:
-        """Import ``path`` under a unique module name and inspect its ``serve``."""
+    def load(cls, path: str | Path, runtime: Runtime | None = None) -> Program:
+        """Import ``path`` under a unique module name (with ``runtime`` active) and
+        inspect its ``serve``."""
         path = Path(path).expanduser().resolve()
         if not path.is_file():
             raise ProgramLoadError(f"program file not found: {path}")
-        module = _import(path)
+        with _active(runtime):
+            module = _import(path)
         serve = getattr(module, "serve", None)
         if serve is None:
             raise ProgramLoadError(f"{path} defines no serve() function")
@@ -60,6 +70,7 @@ class Program:
             _accepted(serve, OPTIONAL_PARAMETERS),
             completion,
             _accepted(completion, ("model_options",)) if completion else frozenset(),
+            runtime,
         )
 
     async def call(self, args: ServeArguments) -> Any:
@@ -71,7 +82,8 @@ class Program:
             "client_options": args.client_options,
         }
         kwargs = {name: value for name, value in candidates.items() if name in self.accepts}
-        return await _invoke(self.serve, args.messages, kwargs)
+        with _active(self.runtime):
+            return await _invoke(self.serve, args.messages, kwargs)
 
     async def complete(self, prompt: str, model_options: dict[str, Any]) -> Any:
         """Serve one ``/v1/completions`` prompt.
@@ -81,13 +93,19 @@ class Program:
         """
         if self.serve_completion is not None:
             kwargs = {"model_options": model_options} if self.completion_accepts else {}
-            return await _invoke(self.serve_completion, prompt, kwargs)
+            with _active(self.runtime):
+                return await _invoke(self.serve_completion, prompt, kwargs)
         message = ChatMessage(role="user", content=prompt)
         return await self.call(ServeArguments([message], None, model_options))
 
 
+def _active(runtime: Runtime | None) -> contextlib.AbstractContextManager[Any]:
+    return runtime.active() if runtime is not None else contextlib.nullcontext()
+
+
 async def _invoke(fn: Callable[..., Any], first: Any, kwargs: dict[str, Any]) -> Any:
-    """Await an async function, or run a sync one in a worker thread."""
+    """Await an async function, or run a sync one in a worker thread (which inherits
+    the caller's context variables, the active runtime among them)."""
     if _is_async(fn):
         return await fn(first, **kwargs)
     result = await anyio.to_thread.run_sync(functools.partial(fn, first, **kwargs))

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from mellea.backends.runtime import StepHook
 
-def install_progress() -> None:
-    """Show the model loader's long steps (the first-start conversion) as a spinner line."""
-    from mellea.engine.loader import set_step_hook
 
+def progress_display() -> StepHook:
+    """A step display for the runtime: the loader's long steps (the first-start
+    conversion) as a spinner line on stderr."""
     console = Console(stderr=True)
 
     @contextlib.contextmanager
@@ -28,4 +29,4 @@ def install_progress() -> None:
             yield
             progress.update(task, completed=1)
 
-    set_step_hook(step)
+    return step

@@ -28,7 +28,8 @@ async def watch_program(state: Any, program_path: Path, stop: asyncio.Event) -> 
         log.info("reloading the program: %s changed", names)
         forget_modules_under(folder)
         try:
-            state.program = await asyncio.to_thread(Program.load, program_path)
+            runtime = state.program.runtime  # the same engines and settings
+            state.program = await asyncio.to_thread(Program.load, program_path, runtime)
         except ProgramLoadError as exc:
             log.error("reload failed, still serving the previous version: %s", exc)
         else:

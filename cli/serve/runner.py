@@ -84,18 +84,25 @@ def app_from_env() -> Any:
 
 
 def _build_or_exit(settings: ServeSettings, on_ready: Any = None) -> Any:
-    from cli.serve.app import create_app
-    from cli.serve.program import Program, ProgramLoadError
-    from cli.serve.progress import install_progress
+    from cli.serve.app import build_app
+    from cli.serve.program import ProgramLoadError
+    from cli.serve.progress import progress_display
+    from mellea.backends.runtime import ModelUnavailableError
 
-    install_progress()
     log.info("loading program %s", settings.program)
     try:
-        program = Program.load(settings.program)
+        return build_app(settings, on_ready=on_ready, progress=progress_display())
+    except ModelUnavailableError as exc:  # only --model's own model fails here
+        typer.secho(
+            f"Error: --model {settings.model}: {exc.reason}; give a model directory, "
+            "a .gguf file, or a Hugging Face id that is in the local cache",
+            fg="red",
+            err=True,
+        )
+        return None
     except ProgramLoadError as exc:
         typer.secho(f"Error: could not load the program: {exc}", fg="red", err=True)
         return None
-    return create_app(program, settings, on_ready=on_ready)
 
 
 def _announce(settings: ServeSettings) -> None:

@@ -7,6 +7,10 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mellea.backends.runtime import Runtime, StepHook
 
 SETTINGS_ENV = "M_SERVE_SETTINGS_JSON"
 
@@ -45,11 +49,23 @@ class ServeSettings:
     responses_max_age: float | None = 30 * 24 * 3600.0  # seconds; None: kept forever
     responses_max_bytes: int | None = 256 * 1024 * 1024  # records' JSON; None: no bound
     kv_cache_memory: str | None = None
+    model: str | None = None  # --model: every local session serves this model
 
     @property
     def served_model_name(self) -> str:
         """What ``/v1/models`` and every response report as the model."""
         return self.model_name or Path(self.program).stem
+
+    def runtime(self, progress: StepHook | None = None) -> Runtime:
+        """The runtime an app built from these settings shares among its sessions."""
+        from mellea.backends.runtime import Runtime, parse_memory
+
+        return Runtime(
+            kv_cache_memory=parse_memory(self.kv_cache_memory) if self.kv_cache_memory else None,
+            tool_call_parser=self.tool_call_parser,
+            model=self.model,
+            progress=progress,
+        )
 
     def to_env(self) -> None:
         """Store these settings for server processes started by uvicorn (reload, workers)."""
@@ -78,7 +94,7 @@ def check_settings(settings: ServeSettings) -> None:
     from mellea.serve.parsers import get_reasoning_parser, get_tool_parser
 
     if settings.kv_cache_memory:
-        from mellea.backends.local import parse_memory
+        from mellea.backends.runtime import parse_memory
 
         try:
             parse_memory(settings.kv_cache_memory)
@@ -87,12 +103,9 @@ def check_settings(settings: ServeSettings) -> None:
                 f"--kv-cache-memory {settings.kv_cache_memory!r}: give bytes (e.g. 2GiB) "
                 "or a fraction of memory (e.g. 0.25)"
             ) from None
-        os.environ["MELLEA_KV_CACHE_MEMORY"] = settings.kv_cache_memory
     try:
         if settings.tool_call_parser:
             get_tool_parser(settings.tool_call_parser)
-            # The local backend reads calls in this format too (session.instruct(tool_calls=True)).
-            os.environ["MELLEA_TOOL_CALL_PARSER"] = settings.tool_call_parser
         if settings.reasoning_parser:
             get_reasoning_parser(settings.reasoning_parser)
     except ValueError as exc:

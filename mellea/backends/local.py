@@ -2,106 +2,33 @@
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from mellea.backends.base import Backend, openai_tools, schema_hint
 from mellea.backends.cache_salt import current_cache_salt
 from mellea.backends.logprobs import TokenTexts, engine_logprobs, token_texts
 from mellea.backends.model_options import ModelOption
+from mellea.backends.runtime import Runtime, current_runtime, model_name
 from mellea.backends.tool_parsing import lift_tool_calls, tool_functions, tool_parser_name
 from mellea.core.errors import ContextLengthExceededError, RequestError
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
 
-
-class LocalEngine(Protocol):
-    """What the backend needs from an engine (the batching one or the naive baseline)."""
-
-    model_id: str
-    max_model_len: int
-    tokenizer: Any
-
-    def apply_chat_template(
-        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None
-    ) -> list[int]: ...
-
-    def add_request(self, prompt: Any, params: Any, request_id: str | None = None) -> Any: ...
-
-
-_engines: dict[tuple[str, str | None], LocalEngine] = {}
-_engines_lock = threading.Lock()
-
-
-def shared_engine(model_id: str | None = None, **engine_kwargs: Any) -> LocalEngine:
-    """The process's engine for ``model_id``, built on first use.
-
-    Programs often call ``start_session()`` once per request; sharing the engine keeps
-    that cheap and lets concurrent requests batch together. ``MELLEA_ENGINE=hf``
-    selects the naive one-``generate()``-per-request engine (the benchmark baseline).
-    """
-    kind = os.environ.get("MELLEA_ENGINE", "paged")
-    budget = os.environ.get("MELLEA_KV_CACHE_MEMORY")
-    if budget and kind != "hf":
-        engine_kwargs.setdefault("kv_cache_memory", parse_memory(budget))
-    key = (kind, model_id)
-    with _engines_lock:
-        engine = _engines.get(key)
-        if engine is None:
-            engine = _build_engine(kind, model_id, engine_kwargs)
-            _engines[key] = engine
-        return engine
-
-
-def parse_memory(text: str) -> int | float:
-    """``"2GiB"``, ``"512MiB"``, ``"1000000"`` (bytes) or ``"0.25"`` (a fraction of memory)."""
-    units = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
-    cleaned = text.strip().upper()
-    for unit, factor in units.items():
-        if cleaned.endswith(unit):
-            return int(float(cleaned[: -len(unit)]) * factor)
-    return float(cleaned) if "." in cleaned else int(cleaned)
-
-
-def engine_stats() -> dict[str, dict[str, Any]]:
-    """``stats()`` of every engine loaded in this process, by model id."""
-    with _engines_lock:
-        engines = list(_engines.values())
-    return {e.model_id: e.stats() for e in engines if hasattr(e, "stats")}
-
-
-async def warm_up() -> int:
-    """Run a one-token generation on every loaded engine; returns how many were warmed."""
-    from mellea.engine.types import SamplingParams
-
-    with _engines_lock:
-        engines = list(_engines.values())
-    for engine in engines:
-        prompt = engine.apply_chat_template([{"role": "user", "content": "Hi"}])
-        async for _ in engine.add_request(prompt, SamplingParams(max_tokens=1)):
-            pass
-    return len(engines)
-
-
-def _build_engine(kind: str, model_id: str | None, kwargs: dict[str, Any]) -> LocalEngine:
-    if kind == "hf":
-        from mellea.engine.hf_generate import HFGenerateEngine
-
-        return HFGenerateEngine(model_id, **kwargs)
+if TYPE_CHECKING:
     from mellea.engine.engine import Engine
-
-    return Engine(model_id, **kwargs)
 
 
 class LocalBackend(Backend):
     """Generate with a local model on this machine's CPU or GPU.
 
     ``model_id`` is ``None`` for the bundled SmolLM2-135M-Instruct, a local model
-    directory, a ``.gguf`` file, a Hugging Face hub id, or a
-    :class:`~mellea.backends.model_ids.ModelIdentifier` (its ``hf_model_name``). ``tool_call_parser`` names
-    the format the model writes tool calls in, read for ``generate(tool_calls=True)``
-    (default: ``m serve --tool-call-parser``'s, else hermes).
+    directory, a ``.gguf`` file, a Hugging Face hub id (from the local cache when
+    there), or a ``ModelIdentifier`` (its ``hf_model_name``). The engine comes from
+    ``runtime`` (default: the active one, see :mod:`mellea.backends.runtime`), which
+    shares one engine per model and may serve another model (``m serve --model``).
+    ``tool_call_parser`` names the format the model writes tool calls in, read for
+    ``generate(tool_calls=True)`` (default: the runtime's, i.e. ``m serve
+    --tool-call-parser``, else hermes).
     """
 
     def __init__(
@@ -109,17 +36,18 @@ class LocalBackend(Backend):
         model_id: Any = None,
         *,
         model_options: dict[str, Any] | None = None,
-        engine: LocalEngine | None = None,
+        engine: Engine | None = None,
         tool_call_parser: str | None = None,
+        runtime: Runtime | None = None,
         **engine_kwargs: Any,
     ) -> None:
-        from mellea.backends.model_ids import backend_model_name
-
         super().__init__(model_options)
-        model_id = backend_model_name(model_id, "local")  # a ModelIdentifier -> its HF name
-        self.tool_call_parser = tool_call_parser
-        self.engine = engine if engine is not None else shared_engine(model_id, **engine_kwargs)
-        self.model_id = model_id or self.engine.model_id
+        runtime = runtime or current_runtime()
+        self.tool_call_parser = tool_call_parser or runtime.tool_call_parser
+        self.engine = engine if engine is not None else runtime.engine(model_id, **engine_kwargs)
+        served_elsewhere = engine is None and runtime.model is not None
+        named = None if served_elsewhere else model_name(model_id)
+        self.model_id = named or self.engine.model_id
 
     async def generate(
         self,

@@ -13,7 +13,11 @@ log = logging.getLogger("mellea.backends")
 
 
 class ModelOption:
-    """Names of the generation options a program may pass in ``model_options``."""
+    """Names of the generation options a program may pass in ``model_options``.
+
+    ``CONTEXT_WINDOW``, ``THINKING`` and ``STREAM_TIMEOUT`` are upstream names our
+    backends do not read; they stay so that programs naming them still import.
+    """
 
     TOOLS = "@@@tools@@@"
     TOOL_CHOICE = "tool_choice"

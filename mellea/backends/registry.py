@@ -6,6 +6,7 @@ from typing import Any
 
 from mellea.backends.base import Backend
 from mellea.backends.model_ids import backend_model_name
+from mellea.backends.runtime import current_runtime
 
 LOCAL_NAMES = ("local", "hf", "huggingface")
 OPENAI_NAMES = ("openai",)
@@ -22,10 +23,15 @@ def create_backend(
 ) -> Backend:
     """Build the backend called ``name``; an unknown name lists the known ones.
 
-    ``model_id`` is a name or a :class:`~mellea.backends.model_ids.ModelIdentifier`;
-    each backend takes the name it needs from an identifier.
+    Under ``m serve --model``, ``ollama`` sessions run on the local engine with that
+    model too (a program written for Granite on Ollama can be tried on the bundled
+    model); ``openai`` sessions keep the server they name.
     """
     key = (name or "local").lower()
+    runtime = current_runtime()
+    if key in OLLAMA_NAMES and runtime.model is not None:
+        runtime.note_once("program asked for the ollama backend; serving it locally (--model)")
+        key, kwargs = "local", {}  # ollama's connection arguments mean nothing here
     if key in LOCAL_NAMES:
         from mellea.backends.local import LocalBackend
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,12 +16,11 @@ from mellea.core.thunk import GenerationChunk
 from mellea.core.tool_call import ModelToolCall
 
 DEFAULT_PARSER = "hermes"  # the format the local backend describes tools in
-PARSER_ENV = "MELLEA_TOOL_CALL_PARSER"  # set by ``m serve --tool-call-parser``
 
 
-def tool_parser_name(explicit: str | None = None) -> str:
-    """The parser to read calls with: the backend's own, ``m serve``'s, else hermes."""
-    return explicit or os.environ.get(PARSER_ENV) or DEFAULT_PARSER
+def tool_parser_name(chosen: str | None = None) -> str:
+    """The parser to read calls with: the one chosen (backend or runtime), else hermes."""
+    return chosen or DEFAULT_PARSER
 
 
 def tool_functions(tools: Any) -> dict[str, Callable[..., Any]]:

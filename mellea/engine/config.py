@@ -91,7 +91,6 @@ class EngineConfig:
     block_size: int = 16
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
-    kv_cache_memory: int | float | None = None
     dtype: torch.dtype = torch.float32
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     max_model_len: int = 0  # 0: the model's max_position_embeddings

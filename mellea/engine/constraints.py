@@ -113,10 +113,6 @@ class Constraint:
         """Advance past ``token``; False if the grammar did not allow it."""
         return bool(self.matcher.consume_token(token))
 
-    def is_finished(self) -> bool:
-        """Whether the grammar is complete and only end-of-sequence may follow."""
-        return bool(self.matcher.is_stopped())
-
 
 def mask_logits(logits: torch.Tensor, constraints: list[Constraint | None]) -> None:
     """Set the logits of disallowed tokens to -inf, in place, for rows with a constraint."""

@@ -148,7 +148,6 @@ class Engine:
             block_size=block_size,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
-            kv_cache_memory=kv_cache_memory,
             dtype=resolve_dtype(dtype, dev),
             device=dev,
         )

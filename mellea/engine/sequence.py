@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import itertools
 from typing import TYPE_CHECKING
 
 from mellea.engine.types import FinishReason, SamplingParams
@@ -14,8 +13,6 @@ if TYPE_CHECKING:
     from mellea.engine.constraints import Constraint
     from mellea.engine.detokenizer import IncrementalDetokenizer
     from mellea.engine.stops import StopChecker
-
-_arrivals = itertools.count()
 
 
 class SequenceStatus(enum.Enum):
@@ -42,7 +39,6 @@ class Sequence:
         max_tokens: int,
     ) -> None:
         self.request_id = request_id
-        self.arrival = next(_arrivals)
         self.token_ids = list(prompt_token_ids)
         self.prompt_len = len(prompt_token_ids)
         self.params = params

@@ -3,6 +3,10 @@
 Sync methods (``session.instruct`` and friends) run their coroutine on one
 background event loop owned by this process, so they work in plain scripts, in
 worker threads, and even when the caller's thread already runs a loop.
+
+The loop holds no settings: each coroutine runs in a copy of its caller's context,
+so the runtime active where ``instruct`` was called (the serving app's, see
+:mod:`mellea.backends.runtime`) is the one the coroutine sees.
 """
 
 from __future__ import annotations

@@ -94,10 +94,29 @@ async def test_real_model_json_is_always_valid(real_engine):
         check_city(text)
 
 
-def test_mask_logits_only_touches_constrained_rows():
-    logits = torch.zeros(2, 10)
-    mask_logits(logits, [None, None])
-    assert logits.isfinite().all()
+def test_mask_logits_only_touches_constrained_rows(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from mellea.engine.constraints import ConstraintCompiler
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    vocab = len(tokenizer)
+    compiler = ConstraintCompiler(tokenizer, vocab)
+    constraint = compiler.matcher(json_schema_grammar({"type": "boolean"}))
+    logits = torch.randn(3, vocab)
+    before = logits.clone()
+    mask_logits(logits, [None, constraint, None])
+    assert torch.equal(logits[0], before[0]) and torch.equal(logits[2], before[2])
+    allowed = logits[1].isfinite()
+    assert 0 < int(allowed.sum()) < vocab // 100  # a boolean's first token: few choices
+    assert torch.equal(logits[1][allowed], before[1][allowed])
+    texts = {tokenizer.decode([int(i)]) for i in allowed.nonzero().flatten()}
+    assert all("true".startswith(t.strip()) or "false".startswith(t.strip()) for t in texts), texts
+    assert {"t", "f"} & {t.strip()[:1] for t in texts}
+    unconstrained = torch.randn(2, vocab)
+    copy = unconstrained.clone()
+    mask_logits(unconstrained, [None, None])
+    assert torch.equal(unconstrained, copy)
 
 
 def test_unbounded_integers_get_the_safe_range():

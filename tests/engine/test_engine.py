@@ -397,7 +397,7 @@ def test_merge_concatenates_logprobs():
 
 
 def test_naive_engine_rejects_logprobs(tiny_model_dir):
-    from mellea.engine.hf_generate import HFGenerateEngine
+    from benchmarks.hf_generate import HFGenerateEngine
 
     engine = HFGenerateEngine(str(tiny_model_dir))
     with pytest.raises(ValueError, match="logprobs"):
@@ -405,7 +405,7 @@ def test_naive_engine_rejects_logprobs(tiny_model_dir):
 
 
 async def test_naive_engine_never_streams_the_start_of_a_stop_string(tiny_model_dir):
-    from mellea.engine.hf_generate import HFGenerateEngine
+    from benchmarks.hf_generate import HFGenerateEngine
 
     async def stream(params: SamplingParams) -> list[str]:
         return [out.text async for out in engine.add_request(PROMPTS[0], params)]

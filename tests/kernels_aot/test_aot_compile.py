@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("triton")
+pytestmark = pytest.mark.slow  # two full Triton compiles: minutes on a small machine
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]

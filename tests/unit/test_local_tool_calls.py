@@ -119,12 +119,16 @@ def test_without_tool_calls_or_with_choice_none_the_text_is_left_alone():
     assert plain.value == CALLS and not plain.tool_calls
 
 
-def test_the_parser_follows_the_backend_setting_then_the_environment(monkeypatch):
+def test_the_parser_follows_the_backend_setting_then_the_runtime():
+    from mellea.backends.runtime import Runtime
+
     mistral = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Rome"}}]'
     thunk = ask(session(mistral, tool_call_parser="mistral"), [get_weather])
     assert thunk.tool_calls["get_weather"].args == {"city": "Rome"} and thunk.value == ""
-    monkeypatch.setenv("MELLEA_TOOL_CALL_PARSER", "mistral")
-    assert ask(session(mistral), [get_weather]).tool_calls["get_weather"].args == {"city": "Rome"}
+    assert not ask(session(mistral), [get_weather]).tool_calls  # hermes reads none
+    with Runtime(tool_call_parser="mistral").active():  # what m serve --tool-call-parser sets
+        by_runtime = session(mistral)
+    assert ask(by_runtime, [get_weather]).tool_calls["get_weather"].args == {"city": "Rome"}
 
 
 def test_functions_become_openai_tools_described_by_their_docstrings():

@@ -104,7 +104,7 @@ def test_sampling_params_from_options():
 
 
 def test_memory_sizes():
-    from mellea.backends.local import parse_memory
+    from mellea.backends.runtime import parse_memory
 
     assert parse_memory("2GiB") == 2 * 2**30
     assert parse_memory("512MiB") == 512 * 2**20

@@ -1,8 +1,9 @@
 """The naive engine: one Hugging Face ``generate()`` per request, each in its own thread.
 
-This is how servers without a batching engine serve a local model. It is kept as
-the baseline the benchmarks compare against (``MELLEA_ENGINE=hf`` selects it), and
-offers the same ``add_request`` API as :class:`mellea.engine.engine.Engine`.
+This is how servers without a batching engine serve a local model. It is the
+baseline the benchmarks compare against, with the same ``add_request`` API as
+:class:`mellea.engine.engine.Engine`; ``naive_hello.py`` serves it through ``m serve``
+(a ``LocalBackend(engine=...)``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class HFGenerateEngine:
     ) -> AsyncIterator[RequestOutput]:
         """Start ``generate()`` in a thread; return an async iterator of text deltas."""
         if params.grammar is not None:
-            raise ValueError("constrained decoding needs the batching engine (unset MELLEA_ENGINE)")
+            raise ValueError(
+                "constrained decoding needs the batching engine, not the naive baseline"
+            )
         if params.logprobs is not None:
             raise ValueError("logprobs are not supported by the naive hf engine")
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)

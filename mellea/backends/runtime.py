@@ -1,0 +1,262 @@
+"""The runtime: what the sessions of one app (or of one plain script) share.
+
+An ``m serve`` app builds one :class:`Runtime` from its settings and hands it down:
+the program is imported, and each request runs, with that runtime *active* (a context
+variable), so ``mellea.start_session()`` in the program reaches it without naming it.
+Outside any app (plain scripts, tests) a default runtime with default settings is used.
+
+A runtime owns the local engines (one per resolved model: the model's directory,
+which for a hub snapshot includes its revision, plus dtype and device), the KV-cache
+budget they get, the tool-call format the local backend reads, the ``--model``
+override, how long loading steps are shown, warm-up and the engines' stats.
+The engine package knows nothing of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mellea.core.errors import RequestError
+
+if TYPE_CHECKING:
+    from mellea.engine.engine import Engine
+
+log = logging.getLogger("mellea.runtime")
+
+StepHook = Callable[[str], contextlib.AbstractContextManager[None]]
+# Builds an engine from a resolved model directory and the engine's keyword arguments
+# (the benchmarks inject their naive baseline this way; tests inject fakes).
+EngineFactory = Callable[..., Any]
+
+
+class ModelUnavailableError(RequestError):
+    """The model a session names cannot be loaded on this machine.
+
+    ``str(exc)`` is one line for the operator (the model, and how to provide it);
+    ``message`` is what a client sees if this happens during a request.
+    """
+
+    status_code = 503
+    error_type = "service_unavailable"
+
+    def __init__(self, model: str, reason: str) -> None:
+        super().__init__(
+            f"the model this program uses ({model}) is not available on this server",
+            code="model_unavailable",
+        )
+        self.model = model
+        self.reason = reason
+        self.args = (
+            f"model {model!r}: {reason}; serve another with `m serve --model ID_OR_PATH`, "
+            "name a local model directory, or put it in the Hugging Face cache "
+            f"(`hf download {model}`)",
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Runtime:
+    """Engines and settings shared by every local session of one app.
+
+    ``kv_cache_memory``: each engine's KV-cache budget (bytes, or a fraction of memory).
+    ``tool_call_parser``: the format local sessions read tool calls in (``None``: hermes).
+    ``model``: serve this model for every local session, whatever the program names.
+    ``progress``: shows long loading steps (a context manager per step); default: logged.
+    ``engine_factory``: builds engines (default: the batching :class:`Engine`).
+    """
+
+    def __init__(
+        self,
+        *,
+        kv_cache_memory: int | float | None = None,
+        tool_call_parser: str | None = None,
+        model: str | None = None,
+        progress: StepHook | None = None,
+        engine_factory: EngineFactory | None = None,
+    ) -> None:
+        self.kv_cache_memory = kv_cache_memory
+        self.tool_call_parser = tool_call_parser
+        self.model = model
+        self.progress = progress
+        self.engine_factory = engine_factory
+        self._engines: dict[tuple[Any, ...], Engine] = {}  # by resolved model
+        self._spellings: dict[tuple[Any, ...], Engine] = {}  # by what a session asked for
+        self._noted: set[str] = set()
+        self._lock = threading.Lock()  # guards the dicts above
+        self._build_lock = threading.Lock()  # one engine is built at a time
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[Runtime]:
+        """Make this the runtime ``start_session()`` reaches, within the block."""
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
+
+    def engine(self, model_id: Any = None, **engine_kwargs: Any) -> Engine:
+        """The engine for ``model_id`` (a name, a path or a ``ModelIdentifier``), built once.
+
+        Every spelling of one model (``None``, its hub id, its directory) gets the same
+        engine. With ``model`` set, that model is served instead, and this is logged once
+        per name asked for. Raises :class:`ModelUnavailableError` for a model not here.
+        """
+        if self.model is not None:
+            spec: str | None = self.model
+            self.note_once(f"program asked for {_shown(model_id)}; serving {spec} (--model)")
+        else:
+            spec = model_name(model_id)
+        if self.kv_cache_memory is not None:
+            engine_kwargs.setdefault("kv_cache_memory", self.kv_cache_memory)
+        spelling = (spec, _frozen(engine_kwargs))
+        with self._lock:
+            engine = self._spellings.get(spelling)
+        if engine is not None:
+            return engine
+        # One load at a time; lookups of loaded engines (and stats) do not wait for it.
+        with self._build_lock:
+            with self._lock:
+                engine = self._spellings.get(spelling)
+            if engine is not None:
+                return engine
+            path = self._resolve(spec)
+            key = (str(path.resolve()), *_placement(engine_kwargs))
+            with self._lock:
+                engine = self._engines.get(key)
+            if engine is None:
+                engine = self._build(path, spec, engine_kwargs)
+            with self._lock:
+                self._engines[key] = engine
+                self._spellings[spelling] = engine
+            return engine
+
+    def engines(self) -> list[Engine]:
+        """The engines loaded so far."""
+        with self._lock:
+            return list(self._engines.values())
+
+    def engine_stats(self) -> dict[str, dict[str, Any]]:
+        """``stats()`` of every loaded engine, by model name."""
+        return {e.model_id: e.stats() for e in self.engines() if hasattr(e, "stats")}
+
+    async def warm_up(self) -> int:
+        """Run a one-token generation on every loaded engine; returns how many were warmed."""
+        from mellea.engine.types import SamplingParams
+
+        engines = self.engines()
+        for engine in engines:
+            prompt = engine.apply_chat_template([{"role": "user", "content": "Hi"}])
+            async for _ in engine.add_request(prompt, SamplingParams(max_tokens=1)):
+                pass
+        return len(engines)
+
+    def shutdown(self) -> None:
+        """Stop every engine's thread (the runtime is not used afterwards)."""
+        for engine in self.engines():
+            stop = getattr(engine, "shutdown", None)
+            if stop is not None:
+                stop()
+
+    def note_once(self, message: str) -> None:
+        """Log ``message`` the first time it comes (e.g. each model ``--model`` replaces)."""
+        with self._lock:
+            if message in self._noted:
+                return
+            self._noted.add(message)
+        log.info("%s", message)
+
+    def _resolve(self, spec: str | None) -> Path:
+        from mellea.engine.loader import ModelNotFoundError, resolve_model
+
+        try:
+            return resolve_model(spec, step=self.progress)
+        except ModelNotFoundError as exc:
+            raise ModelUnavailableError(spec or "default", str(exc)) from None
+
+    def _build(self, path: Path, spec: str | None, kwargs: dict[str, Any]) -> Engine:
+        from mellea.engine.loader import DEFAULT_ALIASES, DEFAULT_MODEL_ID
+
+        if self.engine_factory is not None:
+            engine = self.engine_factory(str(path), **kwargs)
+        else:
+            from mellea.engine.engine import Engine
+
+            engine = Engine(str(path), **kwargs)
+        # Reported in stats and metrics: the name asked for, not the cache directory.
+        engine.model_id = DEFAULT_MODEL_ID if spec in DEFAULT_ALIASES else str(spec)
+        return engine
+
+
+_current: contextvars.ContextVar[Runtime | None] = contextvars.ContextVar(
+    "mellea_runtime", default=None
+)
+_default: Runtime | None = None
+_default_lock = threading.Lock()
+
+
+def current_runtime() -> Runtime:
+    """The active runtime (the serving app's), else the process's default one."""
+    active = _current.get()
+    if active is not None:
+        return active
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Runtime()
+        return _default
+
+
+def model_name(model_id: Any) -> str | None:
+    """A model spelling as a string: a name or path, or a ``ModelIdentifier``'s HF name."""
+    if model_id is None or isinstance(model_id, str):
+        return model_id
+    if isinstance(model_id, Path):
+        return str(model_id)
+    name = getattr(model_id, "hf_model_name", None)
+    if isinstance(name, str) and name:
+        return name
+    raise ModelUnavailableError(
+        repr(model_id), "it names no Hugging Face model (no hf_model_name) for the local backend"
+    )
+
+
+def _shown(model_id: Any) -> str:
+    """How a log line names the model a session asked for."""
+    if model_id is None:
+        return "the default model"
+    for attr in ("hf_model_name", "ollama_name"):
+        name = getattr(model_id, attr, None)
+        if isinstance(name, str) and name:
+            return name
+    return str(model_id)
+
+
+def parse_memory(text: str) -> int | float:
+    """``"2GiB"``, ``"512MiB"``, ``"1000000"`` (bytes) or ``"0.25"`` (a fraction of memory)."""
+    units = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+    cleaned = text.strip().upper()
+    for unit, factor in units.items():
+        if cleaned.endswith(unit):
+            return int(float(cleaned[: -len(unit)]) * factor)
+    return float(cleaned) if "." in cleaned else int(cleaned)
+
+
+def _placement(kwargs: dict[str, Any]) -> tuple[str, str, Any]:
+    """The resolved device and dtype, and the rest of the engine's arguments."""
+    from mellea.engine.config import resolve_device, resolve_dtype
+
+    device = resolve_device(kwargs.get("device"))
+    dtype = resolve_dtype(kwargs.get("dtype"), device)
+    rest = {k: v for k, v in kwargs.items() if k not in ("device", "dtype")}
+    return str(device), str(dtype), _frozen(rest)
+
+
+def _frozen(kwargs: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, repr(v)) for k, v in kwargs.items()))
