@@ -26,6 +26,7 @@ from cli.serve.reload import watch_program
 from cli.serve.responses_routes import add_responses_routes
 from cli.serve.settings import ServeSettings
 from mellea.core.thunk import ModelOutputThunk
+from mellea.serve.bounds import WIRE_PARAM
 from mellea.serve.completion import chat_completion, run_program
 from mellea.serve.errors import (
     ERROR_TYPES,
@@ -362,6 +363,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":
             message = f"malformed JSON body: {first.get('ctx', {}).get('error', first['msg'])}"
             return JSONResponse(error_body(message, code="invalid_json"), status_code=400)
+        ctx = first.get("ctx") or {}
+        if WIRE_PARAM in ctx:  # a bound of mellea.serve.bounds: message and field are ours
+            return JSONResponse(error_body(ctx["message"], param=ctx[WIRE_PARAM]), status_code=400)
         param = param_path(first.get("loc", ()))
         message = f"{param}: {first['msg']}" if param else str(first["msg"])
         if len(errors) > 1:
