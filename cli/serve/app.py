@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
+from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.limits import BodySizeLimit
 from cli.serve.observability import RequestContext, ServerMetrics, StreamTimer, record_usage
 from cli.serve.program import Program
@@ -100,6 +101,7 @@ def create_app(
         summary=f"OpenAI-compatible API for {program.path.name}",
         lifespan=lifespan,
     )
+    app.router.route_class = BoundedJsonRoute  # routes added below size up their JSON first
     app.state.program = program
     app.state.settings = settings
     app.state.metrics = metrics
