@@ -200,7 +200,8 @@ def create_app(
         """Run the program on a chat request (once per choice); stream the reply when asked to."""
         started = time.monotonic()
         deadline = started + settings.request_timeout if settings.request_timeout else None
-        args = serve_arguments(body)
+        # Off the loop: turning a large response_format schema into a model takes a while.
+        args = await asyncio.to_thread(serve_arguments, body)
         completion_id, created = new_completion_id(), int(time.time())
         running = [
             asyncio.ensure_future(

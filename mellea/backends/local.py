@@ -135,10 +135,11 @@ class LocalBackend(Backend):
         try:
             # Rendering and tokenizing a long prompt, and turning a schema into a grammar,
             # take CPU time the event loop (and every other request on it) must not wait for.
-            prompt, params.grammar = await asyncio.to_thread(
+            prompt, params.grammar, constraint = await asyncio.to_thread(
                 self._prompt_and_grammar, messages, tools, format, options, forced_tools
             )
-            stream = self.engine.add_request(prompt, params)
+            extra = {"constraint": constraint} if constraint is not None else {}
+            stream = self.engine.add_request(prompt, params, **extra)
         except PromptTooLongError as exc:
             raise ContextLengthExceededError(str(exc)) from None
         except SamplingParamsError as exc:
@@ -167,8 +168,9 @@ class LocalBackend(Backend):
         format: type | None,
         options: dict[str, Any],
         forced_tools: list[dict[str, Any]],
-    ) -> tuple[list[int], str | None]:
-        """The prompt's token ids and the decoding grammar (runs in a worker thread)."""
+    ) -> tuple[list[int], str | None, Any]:
+        """The prompt's token ids, the decoding grammar and, where the engine compiles
+        grammars ahead, its matcher (runs in a worker thread)."""
         if format is not None:
             messages = _with_schema_hint(messages, format)
         prompt = self.engine.apply_chat_template(messages, tools=tools or None)
@@ -176,7 +178,10 @@ class LocalBackend(Backend):
             # The model's chat template ignores tools: describe them ourselves, in the
             # hermes format the server's default tool-call parser reads.
             prompt = self.engine.apply_chat_template(with_tool_instructions(messages, tools))
-        return prompt, _grammar(format, options.get("response_format"), forced_tools)
+        grammar = _grammar(format, options.get("response_format"), forced_tools)
+        compile_grammar = getattr(self.engine, "compile_grammar", None)
+        constraint = compile_grammar(grammar) if grammar and compile_grammar else None
+        return prompt, grammar, constraint
 
     def count_tokens(self, text: str) -> int:
         """How many tokens ``text`` is for this model (e.g. to report reasoning tokens)."""

@@ -31,7 +31,7 @@ from mellea.engine.config import (
     resolve_device,
     resolve_dtype,
 )
-from mellea.engine.constraints import ConstraintCompiler
+from mellea.engine.constraints import Constraint, ConstraintCompiler
 from mellea.engine.detokenizer import IncrementalDetokenizer
 from mellea.engine.loader import DEFAULT_ALIASES, DEFAULT_MODEL_ID, resolve_model
 from mellea.engine.model_runner import ModelRunner, StepInputs
@@ -216,13 +216,28 @@ class Engine:
         )
         return self._tokenizer.encode(text, add_special_tokens=False)
 
+    def compile_grammar(self, grammar: str) -> Constraint:
+        """A matcher for ``grammar``, to pass to :meth:`add_request` as ``constraint``.
+
+        Compiling a large grammar takes long enough to stall an event loop; this may
+        run in a worker thread. Raises ``GrammarError`` (a ``ValueError``).
+        """
+        return self._constraints.matcher(grammar)
+
     def add_request(
-        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        *,
+        constraint: Constraint | None = None,
     ) -> RequestStream:
         """Validate and enqueue a request; stream its outputs.
 
         Raises :class:`PromptTooLongError` if the prompt leaves no room for a new
         token and ``ValueError`` for bad parameters. Call from a running asyncio loop.
+        ``constraint``, from :meth:`compile_grammar` of ``params.grammar``, saves
+        compiling the grammar here.
         """
         loop = asyncio.get_running_loop()
         ids = self._tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -233,8 +248,8 @@ class Engine:
             seq.generator = torch.Generator().manual_seed(params.seed)
         seq.detokenizer = IncrementalDetokenizer(self._tokenizer, ids)
         seq.stop_checker = StopChecker(params, self.eos_token_ids, max_tokens)
-        if params.grammar is not None:
-            seq.constraint = self._constraints.matcher(params.grammar)  # GrammarError: a 400
+        if params.grammar is not None:  # GrammarError: a 400
+            seq.constraint = constraint or self._constraints.matcher(params.grammar)
         stream = RequestStream(self, seq, loop)
         with self._cond:
             if self._stopping:

@@ -645,6 +645,40 @@ async def test_a_long_prompt_is_tokenized_off_the_event_loop(engine_app):
     )  # on the loop it was ~1 s here, 3 s with a larger model
 
 
+async def test_schema_and_prompt_work_runs_off_the_event_loop(engine_app, tiny_engine, monkeypatch):
+    """Building the pydantic model of an output schema, rendering the chat template and
+    compiling the grammar (about a second for a few hundred properties) run in worker
+    threads, never on the event loop's thread."""
+    import threading
+
+    import mellea.serve.options
+
+    seen: dict[str, threading.Thread] = {}
+
+    def spy(name: str, function: Any) -> Any:
+        def spied(*args: Any, **kwargs: Any) -> Any:
+            seen[name] = threading.current_thread()
+            return function(*args, **kwargs)
+
+        return spied
+
+    for name in ("apply_chat_template", "compile_grammar"):
+        monkeypatch.setattr(tiny_engine, name, spy(name, getattr(tiny_engine, name)))
+    model_from_schema = mellea.serve.options.model_from_schema
+    monkeypatch.setattr(mellea.serve.options, "model_from_schema", spy("model", model_from_schema))
+    properties = {
+        f"p{i}": {"type": "object", "properties": {"b": {"type": "integer"}}} for i in range(50)
+    }
+    schema = {"type": "object", "properties": properties, "required": list(properties)}
+    body = {"messages": MSG, "max_tokens": 2, "response_format": json_schema_format(schema)}
+    transport = httpx.ASGITransport(app=engine_app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+        response = await post(c, CHAT, body)
+    assert response.status_code == 200, response.text
+    assert set(seen) == {"apply_chat_template", "compile_grammar", "model"}
+    assert all(thread is not threading.current_thread() for thread in seen.values()), seen
+
+
 # -- over a real socket -----------------------------------------------------------------------
 
 
