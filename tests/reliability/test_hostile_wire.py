@@ -448,6 +448,65 @@ async def test_sweep_no_json_gets_a_5xx(echo_app, route, data):
         assert_our_error(response)
 
 
+def _shaped(keys: dict[str, Any]) -> Any:
+    """Objects with some of ``keys`` (each a strategy), plus arbitrary JSON in others."""
+    return st.fixed_dictionaries({}, optional=keys | {"extra": _json})
+
+
+_PART_TYPES = st.sampled_from(
+    ["text", "input_text", "output_text", "image_url", "input_image", "input_file", "refusal", "x"]
+)
+_part = _shaped({"type": _PART_TYPES, "text": _json | st.text(max_size=5), "image_url": _json})
+_content = _json | st.text(max_size=5) | st.lists(_part, max_size=3)
+_ITEM_TYPES = st.sampled_from(
+    ["message", "function_call", "function_call_output", "reasoning", "x"]
+)
+_item = _shaped(
+    {
+        "type": _ITEM_TYPES,
+        "role": st.sampled_from(["user", "assistant", "system", "developer", "tool", "x"]),
+        "content": _content,
+        "call_id": _json | st.just("c1"),
+        "name": _json | st.just("f"),
+        "arguments": _json | st.just("{}"),
+        "output": _content,
+        "summary": st.lists(_part, max_size=2) | _json,
+    }
+)
+_tool_call = _shaped(
+    {
+        "id": _json | st.just("c1"),
+        "type": st.just("function") | _json,
+        "function": _shaped({"name": _json | st.just("f"), "arguments": _json | st.just("{}")}),
+    }
+)
+_message = _shaped(
+    {
+        "role": st.sampled_from(["user", "assistant", "system", "developer", "tool", "function"]),
+        "content": _content,
+        "tool_calls": st.lists(_tool_call, max_size=2) | _json,
+        "tool_call_id": _json | st.just("c1"),
+        "name": _json,
+    }
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
+@given(items=st.lists(_item, max_size=4), messages=st.lists(_message, max_size=4))
+async def test_sweep_structured_messages_and_items_never_get_a_5xx(echo_app, items, messages):
+    """Shaped like real chat messages and Responses input items, with odd values inside."""
+    transport = httpx.ASGITransport(app=echo_app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
+        for route, body in ((RESPONSES, {"input": items}), (CHAT, {"messages": messages})):
+            raw = json.dumps(body, allow_nan=True).encode("utf-8", "surrogatepass")
+            response = await post(c, route, raw)
+            assert response.status_code < 500, (body, response.text[:300])
+            if response.status_code >= 400:
+                assert_our_error(response)
+
+
 # -- 4. the event loop keeps answering ------------------------------------------------------
 
 
@@ -628,6 +687,43 @@ async def test_an_attacker_on_the_wire_fails_alone(engine_app):
         assert events[-1] == "data: [DONE]"
         finals = [json.loads(e[5:]) for e in events[:-1]]
         assert finals[-1]["choices"][0]["finish_reason"] == "length"
+
+
+_edge = st.sampled_from
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(
+    options=st.fixed_dictionaries(
+        {},
+        optional={
+            "temperature": _edge([0, 1e-9, 0.5, 2]),
+            "top_p": _edge([0, 1e-9, 0.5, 1]),
+            "top_k": _edge([0, 1, 49152, 10**6, 2**31 - 1]),
+            "min_p": _edge([0, 0.5, 1]),
+            "presence_penalty": _edge([-2, 0, 2]),
+            "frequency_penalty": _edge([-2, 2]),
+            "repetition_penalty": _edge([1e-9, 0.5, 10]),
+            "logit_bias": _edge([{"0": 100}, {"49151": -100, "2": 100}, {"5": -100}]),
+            "seed": _edge([0, -(2**63), 2**63 - 1]),
+            "stop": _edge(["\n", [" ", "a"], ["x" * 256] * 16]),
+            "logprobs": st.booleans(),
+            "n": _edge([1, 3]),
+            "ignore_eos": st.booleans(),
+            "response_format": _edge([{"type": "json_object"}, {"type": "text"}]),
+        },
+    )
+)
+async def test_sweep_sampling_values_on_the_engine_never_get_a_5xx(engine_app, options):
+    """Sampling values the wire accepts reach the engine: a reply, or a 400 naming one."""
+    body = {"messages": MSG, "max_tokens": 3, **options}
+    if body.get("logprobs"):
+        body["top_logprobs"] = 20
+    transport = httpx.ASGITransport(app=engine_app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+        response = await post(c, CHAT, body)
+    if response.status_code != 200:  # e.g. top_p 0, which the engine refuses: named
+        assert assert_our_error(response)["param"] in options, (options, response.text[:300])
 
 
 async def test_a_long_prompt_is_tokenized_off_the_event_loop(engine_app):
