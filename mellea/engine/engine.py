@@ -35,7 +35,7 @@ from mellea.engine.constraints import Constraint, ConstraintCompiler
 from mellea.engine.detokenizer import IncrementalDetokenizer
 from mellea.engine.loader import DEFAULT_ALIASES, DEFAULT_MODEL_ID, resolve_model
 from mellea.engine.model_runner import ModelRunner, StepInputs
-from mellea.engine.sampler import SamplingFailed
+from mellea.engine.sampler import SamplingFailed, build_sampling_batch
 from mellea.engine.scheduler import ScheduledBatch, Scheduler
 from mellea.engine.sequence import Sequence
 from mellea.engine.stops import StopChecker
@@ -368,7 +368,13 @@ class Engine:
             batch = self.scheduler.schedule()
             if not batch:
                 return False
-            inputs = self.runner.prepare(batch)
+            try:
+                inputs = self.runner.prepare(batch)
+            except Exception as exc:  # fail the sequences that broke it; the rest run next step
+                log.exception("preparing a step failed")
+                seqs = batch.decodes + [s for s, _ in batch.prefills]
+                self._fail(_unsampleable(seqs, self.model_config.vocab_size) or seqs, exc)
+                return True
         t1 = time.perf_counter()
         try:
             tokens, logprobs = self.runner.execute(inputs)
@@ -546,6 +552,17 @@ def _check_params(p: SamplingParams, vocab: int) -> None:
         raise bad("max_tokens", "must be an integer >= 1")
     if p.seed is not None and (not isinstance(p.seed, int) or not -(2**63) <= p.seed < 2**64):
         raise bad("seed", "must be a 64-bit integer")
+
+
+def _unsampleable(seqs: list[Sequence], vocab_size: int) -> list[Sequence]:
+    """The sequences whose sampling settings cannot be built on their own."""
+    bad = []
+    for seq in seqs:
+        try:
+            build_sampling_batch([seq], vocab_size)
+        except Exception:
+            bad.append(seq)
+    return bad
 
 
 def _eos_ids(path: Path, tokenizer: Any) -> set[int]:

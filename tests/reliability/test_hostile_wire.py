@@ -591,10 +591,17 @@ async def test_engine_refuses_non_finite_or_absurd_sampling_values(tiny_engine):
         tiny_engine.add_request([1, 2, 3], SamplingParams(logit_bias={5: 1e39}))
 
 
-async def test_a_victim_batched_with_a_failing_sequence_completes(tiny_engine):
-    """A sequence whose sampling breaks (here: a NaN bias slipped in after validation, as
-    a bug could) fails alone; the request batched with it gets the tokens it would have
-    got alone."""
+BREAKAGES = {
+    "sampling raises": lambda bias: bias.update({5: math.nan}),
+    "preparing the step raises": lambda bias: bias.update({"not a token": 1.0}),
+}
+
+
+@pytest.mark.parametrize("breakage", list(BREAKAGES))
+async def test_a_victim_batched_with_a_failing_sequence_completes(tiny_engine, breakage):
+    """A sequence whose settings break its step (changed after validation, as a bug
+    could) fails alone; the requests batched with it get the tokens they would have
+    got alone, and the engine keeps serving."""
     from mellea.engine.types import SamplingParams
 
     prompt = list(range(100, 140))
@@ -606,13 +613,12 @@ async def test_a_victim_batched_with_a_failing_sequence_completes(tiny_engine):
         tiny_engine.add_request(list(range(200, 230)), attacker),
         tiny_engine.add_request(prompt, SamplingParams(max_tokens=24, ignore_eos=True)),
     ]
-    attacker.logit_bias[5] = math.nan  # past validation: sampling this row now raises
+    BREAKAGES[breakage](attacker.logit_bias)
     results = await asyncio.gather(*(_collect(s) for s in streams), return_exceptions=True)
     assert isinstance(results[1], RuntimeError)
     for result in (results[0], results[2]):
         assert not isinstance(result, BaseException), result
         assert result == (alone, "length")
-    # and the engine keeps serving
     assert (await _collect(tiny_engine.add_request(prompt, victim)))[0] == alone
 
 
