@@ -22,6 +22,7 @@ from cli.serve.auth import ApiKeyAuth
 from cli.serve.describe import describe_program
 from cli.serve.disconnect import unless_disconnected as _unless_disconnected
 from cli.serve.hosts import AllowedHosts, default_allowed_hosts
+from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.limits import BodyReader, WriteDeadline
 from cli.serve.observability import (
     RequestContext,
@@ -39,6 +40,7 @@ from cli.serve.tracing import Tracing, new_trace, tracer_from_env
 from mellea.backends.runtime import StepHook, current_runtime
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
+from mellea.serve.bounds import WIRE_PARAM
 from mellea.serve.completion import chat_completion, run_program
 from mellea.serve.errors import (
     ERROR_TYPES,
@@ -135,6 +137,7 @@ def create_app(
         summary=f"OpenAI-compatible API for {program.path.name}",
         lifespan=lifespan,
     )
+    app.router.route_class = BoundedJsonRoute  # routes added below size up their JSON first
     app.state.program = program
     app.state.runtime = runtime
     app.state.settings = settings
@@ -260,7 +263,8 @@ def create_app(
         """Run the program on a chat request (once per choice); stream the reply when asked to."""
         started = time.monotonic()
         deadline = started + settings.request_timeout if settings.request_timeout else None
-        args = serve_arguments(body)
+        # Off the loop: turning a large response_format schema into a model takes a while.
+        args = await asyncio.to_thread(serve_arguments, body)
         completion_id, created = new_completion_id(), int(time.time())
         per_choice = choice_options(args.model_options, body.n or 1)
         traces = [new_trace(_wants_events(body), model_name) for _ in per_choice]
@@ -427,6 +431,9 @@ def _install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":
             message = f"malformed JSON body: {first.get('ctx', {}).get('error', first['msg'])}"
             return JSONResponse(error_body(message, code="invalid_json"), status_code=400)
+        ctx = first.get("ctx") or {}
+        if WIRE_PARAM in ctx:  # a bound of mellea.serve.bounds: message and field are ours
+            return JSONResponse(error_body(ctx["message"], param=ctx[WIRE_PARAM]), status_code=400)
         param = param_path(first.get("loc", ()))
         message = f"{param}: {first['msg']}" if param else str(first["msg"])
         if len(errors) > 1:

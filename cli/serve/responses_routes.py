@@ -77,7 +77,8 @@ def add_responses_routes(
         tools = check_request(body)
         history = _history(store, body.previous_response_id, owner)
         items = input_items(body.input or "")
-        args = serve_arguments(body, tools, [*history, *items])
+        # Off the loop: turning a large text.format schema into a model takes a while.
+        args = await asyncio.to_thread(serve_arguments, body, tools, [*history, *items])
         response = new_response(body, tools, model_name)
         record = StoredResponse(response.wire(), items, history) if body.stores else None
         state = _Running(CancelSignal(_cancel_check(store, response.id, record)))

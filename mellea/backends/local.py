@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -58,28 +59,29 @@ class LocalBackend(Backend):
         tool_calls: bool = False,
     ) -> ModelOutputThunk:
         """Start a request on the engine and return its streaming thunk."""
-        from mellea.engine.types import PromptTooLongError
+        from mellea.engine.types import PromptTooLongError, SamplingParamsError
 
         messages = text_only(messages)
         options = ModelOption.merge_model_options(self.model_options, model_options)
-        if format is not None:
-            messages = _with_schema_hint(messages, format)
         tools = openai_tools(options.get(ModelOption.TOOLS))
-        prompt = self.engine.apply_chat_template(messages, tools=tools or None)
-        if tools and prompt == self.engine.apply_chat_template(messages):
-            # The model's chat template ignores tools: describe them ourselves, in the
-            # hermes format the server's default tool-call parser reads.
-            prompt = self.engine.apply_chat_template(with_tool_instructions(messages, tools))
+        forced_tools = _forced_tools(tools, options.get(ModelOption.TOOL_CHOICE))
         params = sampling_params(options)
         params.cache_salt = current_cache_salt()
-        forced_tools = _forced_tools(tools, options.get(ModelOption.TOOL_CHOICE))
         try:
-            params.grammar = _grammar(format, options.get("response_format"), forced_tools)
-            stream = self.engine.add_request(prompt, params)
+            # Rendering and tokenizing a long prompt, and turning a schema into a grammar,
+            # take CPU time the event loop (and every other request on it) must not wait for.
+            prompt, params.grammar, constraint = await asyncio.to_thread(
+                self._prompt_and_grammar, messages, tools, format, options, forced_tools
+            )
+            extra = {"constraint": constraint} if constraint is not None else {}
+            stream = self.engine.add_request(prompt, params, **extra)
         except PromptTooLongError as exc:
             raise ContextLengthExceededError(str(exc)) from None
-        except ValueError as exc:
-            param = "tools" if forced_tools else "response_format" if params.grammar else None
+        except SamplingParamsError as exc:
+            raise RequestError(str(exc), param=_WIRE_NAMES.get(exc.field, exc.field)) from None
+        except ValueError as exc:  # the grammar (or the engine) refused the request
+            shaped = format is not None or options.get("response_format") is not None
+            param = "tools" if forced_tools else "response_format" if shaped else None
             raise RequestError(str(exc), param=param) from None
         texts = token_texts(self.engine.tokenizer) if params.logprobs is not None else None
         chunks = _chunks(stream, texts)
@@ -93,6 +95,28 @@ class LocalBackend(Backend):
         thunk = ModelOutputThunk.from_stream(chunks)
         thunk.meta["count_tokens"] = self.count_tokens
         return thunk
+
+    def _prompt_and_grammar(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        format: type | None,
+        options: dict[str, Any],
+        forced_tools: list[dict[str, Any]],
+    ) -> tuple[list[int], str | None, Any]:
+        """The prompt's token ids, the decoding grammar and, where the engine compiles
+        grammars ahead, its matcher (runs in a worker thread)."""
+        if format is not None:
+            messages = _with_schema_hint(messages, format)
+        prompt = self.engine.apply_chat_template(messages, tools=tools or None)
+        if tools and prompt == self.engine.apply_chat_template(messages):
+            # The model's chat template ignores tools: describe them ourselves, in the
+            # hermes format the server's default tool-call parser reads.
+            prompt = self.engine.apply_chat_template(with_tool_instructions(messages, tools))
+        grammar = _grammar(format, options.get("response_format"), forced_tools)
+        compile_grammar = getattr(self.engine, "compile_grammar", None)
+        constraint = compile_grammar(grammar) if grammar and compile_grammar else None
+        return prompt, grammar, constraint
 
     def count_tokens(self, text: str) -> int:
         """How many tokens ``text`` is for this model (e.g. to report reasoning tokens)."""
@@ -122,6 +146,10 @@ async def _chunks(stream: Any, texts: TokenTexts | None) -> AsyncIterator[Genera
         closer = getattr(stream, "aclose", None)
         if closer is not None:
             await closer()
+
+
+# Engine sampling fields under the request field a client sent them as.
+_WIRE_NAMES = {"logprobs": "top_logprobs"}
 
 
 def _forced_tools(tools: list[dict[str, Any]], choice: Any) -> list[dict[str, Any]]:

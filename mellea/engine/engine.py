@@ -12,6 +12,7 @@ import asyncio
 import collections
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -30,10 +31,11 @@ from mellea.engine.config import (
     resolve_device,
     resolve_dtype,
 )
-from mellea.engine.constraints import ConstraintCompiler
+from mellea.engine.constraints import Constraint, ConstraintCompiler
 from mellea.engine.detokenizer import IncrementalDetokenizer
 from mellea.engine.loader import DEFAULT_ALIASES, DEFAULT_MODEL_ID, resolve_model
 from mellea.engine.model_runner import ModelRunner, StepInputs
+from mellea.engine.sampler import SamplingFailed, build_sampling_batch
 from mellea.engine.scheduler import ScheduledBatch, Scheduler
 from mellea.engine.sequence import Sequence
 from mellea.engine.stops import StopChecker
@@ -41,6 +43,7 @@ from mellea.engine.types import (
     PromptTooLongError,
     RequestOutput,
     SamplingParams,
+    SamplingParamsError,
     TokenLogprobs,
 )
 
@@ -212,13 +215,28 @@ class Engine:
         )
         return self._tokenizer.encode(text, add_special_tokens=False)
 
+    def compile_grammar(self, grammar: str) -> Constraint:
+        """A matcher for ``grammar``, to pass to :meth:`add_request` as ``constraint``.
+
+        Compiling a large grammar takes long enough to stall an event loop; this may
+        run in a worker thread. Raises ``GrammarError`` (a ``ValueError``).
+        """
+        return self._constraints.matcher(grammar)
+
     def add_request(
-        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        *,
+        constraint: Constraint | None = None,
     ) -> RequestStream:
         """Validate and enqueue a request; stream its outputs.
 
         Raises :class:`PromptTooLongError` if the prompt leaves no room for a new
         token and ``ValueError`` for bad parameters. Call from a running asyncio loop.
+        ``constraint``, from :meth:`compile_grammar` of ``params.grammar``, saves
+        compiling the grammar here.
         """
         loop = asyncio.get_running_loop()
         ids = self._tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
@@ -229,8 +247,8 @@ class Engine:
             seq.generator = torch.Generator().manual_seed(params.seed)
         seq.detokenizer = IncrementalDetokenizer(self._tokenizer, ids)
         seq.stop_checker = StopChecker(params, self.eos_token_ids, max_tokens)
-        if params.grammar is not None:
-            seq.constraint = self._constraints.matcher(params.grammar)  # GrammarError: a 400
+        if params.grammar is not None:  # GrammarError: a 400
+            seq.constraint = constraint or self._constraints.matcher(params.grammar)
         stream = RequestStream(self, seq, loop)
         with self._cond:
             if self._stopping:
@@ -315,26 +333,10 @@ class Engine:
                 f"{self.max_model_len} tokens including at least one new token; "
                 "shorten the prompt"
             )
+        _check_params(params, vocab)
         p = params
-        if p.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if not 0 < p.top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
-        if p.top_k < 0:
-            raise ValueError("top_k must be >= 0 (0 turns it off)")
-        if not 0 <= p.min_p <= 1:
-            raise ValueError("min_p must be in [0, 1]")
-        if p.repetition_penalty <= 0:
-            raise ValueError("repetition_penalty must be > 0")
-        if any(not 0 <= int(t) < vocab for t in p.logit_bias):
-            raise ValueError(f"logit_bias token ids must be in [0, {vocab})")
-        k = p.logprobs
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
-            raise ValueError("logprobs must be None or an integer in [0, 20]")
         if p.max_tokens is None:
             return room
-        if p.max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
         return min(p.max_tokens, room)
 
     # -- the engine thread ------------------------------------------------------
@@ -365,10 +367,21 @@ class Engine:
             batch = self.scheduler.schedule()
             if not batch:
                 return False
-            inputs = self.runner.prepare(batch)
+            try:
+                inputs = self.runner.prepare(batch)
+            except Exception as exc:  # fail the sequences that broke it; the rest run next step
+                log.exception("preparing a step failed")
+                seqs = batch.decodes + [s for s, _ in batch.prefills]
+                self._fail(_unsampleable(seqs, self.model_config.vocab_size) or seqs, exc)
+                return True
         t1 = time.perf_counter()
         try:
             tokens, logprobs = self.runner.execute(inputs)
+        except SamplingFailed as partial:  # some sequences' settings broke sampling: only theirs
+            log.error("sampling failed for %d sequence(s)", len(partial.failed), exc_info=partial)
+            for row, error in partial.failed.items():
+                self._fail([inputs.sampled[row]], error)
+            tokens, logprobs = partial.tokens.tolist(), partial.logprobs
         except Exception as exc:  # e.g. out of memory: fail this batch's requests only
             log.exception("forward pass failed")
             self._fail(batch.decodes + [s for s, _ in batch.prefills], exc)
@@ -396,39 +409,53 @@ class Engine:
         self.scheduler.finish_step(batch)
         deliveries = []
         for i, (seq, token) in enumerate(zip(inputs.sampled, tokens, strict=True)):
-            if seq.is_finished:  # aborted while the model ran
+            if seq.is_finished:  # aborted while the model ran, or its sampling failed
                 continue
-            seq.token_ids.append(token)
-            stops, detok = seq.stop_checker, seq.detokenizer
-            reason = stops.check_token(token, seq.num_output)
-            if seq.constraint is not None and not seq.constraint.accept(token) and reason is None:
-                reason = "stop"  # cannot happen with the mask applied; never run off-grammar
             entry = logprobs[i] if logprobs is not None else None
-            if reason == "stop":  # a stop token: its own text (and logprobs) are not shown
-                text, hit = stops.feed(detok.flush())
-                entry = None
-            else:
-                text, hit = stops.feed(detok.step([token]))
-                if reason is not None and not hit:
-                    more, hit = stops.feed(detok.flush())
-                    text += more
-            if hit:
-                reason = "stop"
-            elif reason is not None:
-                text += stops.flush()
-            ref = self._streams.get(seq.request_id)
-            stream = ref() if ref is not None else None
-            if stream is None and reason is None:  # its reader is gone
-                reason = "abort"
-            if reason is not None:
-                seq.finish_reason = reason
-                self.scheduler.finish(seq)
-                self._streams.pop(seq.request_id, None)
-                self._seqs.pop(seq.request_id, None)
-            if stream is not None:
-                shown = [entry] if entry is not None else []
-                deliveries.append((stream, self._output(seq, text, [token], shown)))
+            try:
+                delivery = self._advance(seq, token, entry)
+            except Exception as exc:  # this sequence's stops or text broke: fail it alone
+                log.exception("output processing failed for request %s", seq.request_id)
+                self._fail([seq], exc)
+                continue
+            if delivery is not None:
+                deliveries.append(delivery)
         return deliveries
+
+    def _advance(
+        self, seq: Sequence, token: int, entry: TokenLogprobs | None
+    ) -> tuple[RequestStream, RequestOutput] | None:
+        """Append one sampled token to ``seq``; its output for its stream, if it has one."""
+        seq.token_ids.append(token)
+        stops, detok = seq.stop_checker, seq.detokenizer
+        reason = stops.check_token(token, seq.num_output)
+        if seq.constraint is not None and not seq.constraint.accept(token) and reason is None:
+            reason = "stop"  # cannot happen with the mask applied; never run off-grammar
+        if reason == "stop":  # a stop token: its own text (and logprobs) are not shown
+            text, hit = stops.feed(detok.flush())
+            entry = None
+        else:
+            text, hit = stops.feed(detok.step([token]))
+            if reason is not None and not hit:
+                more, hit = stops.feed(detok.flush())
+                text += more
+        if hit:
+            reason = "stop"
+        elif reason is not None:
+            text += stops.flush()
+        ref = self._streams.get(seq.request_id)
+        stream = ref() if ref is not None else None
+        if stream is None and reason is None:  # its reader is gone
+            reason = "abort"
+        if reason is not None:
+            seq.finish_reason = reason
+            self.scheduler.finish(seq)
+            self._streams.pop(seq.request_id, None)
+            self._seqs.pop(seq.request_id, None)
+        if stream is None:
+            return None
+        shown = [entry] if entry is not None else []
+        return stream, self._output(seq, text, [token], shown)
 
     def _pop_stream(self, request_id: str) -> RequestStream | None:
         ref = self._streams.pop(request_id, None)
@@ -474,6 +501,67 @@ class Engine:
         except RuntimeError:  # the request's event loop is closed: nobody listens
             if isinstance(item, RequestOutput) and not item.finished:
                 self._deferred_aborts.append((stream.request_id, stream._seq))
+
+
+# Largest |logit bias| and |presence/frequency penalty|: far past any useful value, and
+# small enough that float32 logits stay finite when it is added or multiplied by a count.
+MAX_LOGIT_ADJUSTMENT = 1e6
+
+
+def _check_params(p: SamplingParams, vocab: int) -> None:
+    """Refuse values that would make sampling fail or overflow, so that a request with
+    them fails alone at ``add_request`` instead of failing the batch it joins."""
+
+    def bad(field: str, message: str) -> SamplingParamsError:
+        return SamplingParamsError(field, f"{field} {message}")
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    for field in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty"):
+        if not number(getattr(p, field)) or not math.isfinite(getattr(p, field)):
+            raise bad(field, "must be a finite number")
+    if not number(p.repetition_penalty) or not math.isfinite(p.repetition_penalty):
+        raise bad("repetition_penalty", "must be a finite number")
+    if p.temperature < 0:
+        raise bad("temperature", "must be >= 0")
+    if not 0 < p.top_p <= 1:
+        raise bad("top_p", "must be in (0, 1]")
+    if not isinstance(p.top_k, int) or p.top_k < 0:
+        raise bad("top_k", "must be an integer >= 0 (0 turns it off)")
+    if not 0 <= p.min_p <= 1:
+        raise bad("min_p", "must be in [0, 1]")
+    if p.repetition_penalty <= 0:
+        raise bad("repetition_penalty", "must be > 0")
+    for field in ("presence_penalty", "frequency_penalty"):
+        if abs(getattr(p, field)) > MAX_LOGIT_ADJUSTMENT:
+            raise bad(field, f"must be in [{-MAX_LOGIT_ADJUSTMENT:g}, {MAX_LOGIT_ADJUSTMENT:g}]")
+    for token, value in p.logit_bias.items():
+        if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < vocab:
+            raise bad("logit_bias", f"token ids must be in [0, {vocab}), the model's vocabulary")
+        if not number(value) or not math.isfinite(value) or abs(value) > MAX_LOGIT_ADJUSTMENT:
+            raise bad(
+                "logit_bias",
+                f"values must be numbers in [{-MAX_LOGIT_ADJUSTMENT:g}, {MAX_LOGIT_ADJUSTMENT:g}]",
+            )
+    k = p.logprobs
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
+        raise bad("logprobs", "must be None or an integer in [0, 20]")
+    if p.max_tokens is not None and (not isinstance(p.max_tokens, int) or p.max_tokens < 1):
+        raise bad("max_tokens", "must be an integer >= 1")
+    if p.seed is not None and (not isinstance(p.seed, int) or not -(2**63) <= p.seed < 2**64):
+        raise bad("seed", "must be a 64-bit integer")
+
+
+def _unsampleable(seqs: list[Sequence], vocab_size: int) -> list[Sequence]:
+    """The sequences whose sampling settings cannot be built on their own."""
+    bad = []
+    for seq in seqs:
+        try:
+            build_sampling_batch([seq], vocab_size)
+        except Exception:
+            bad.append(seq)
+    return bad
 
 
 def _eos_ids(path: Path, tokenizer: Any) -> set[int]:

@@ -4,6 +4,9 @@ Everything is vectorized over the batch; each processing stage runs only when so
 row asks for it, so an all-greedy batch is a plain argmax. Seeded rows draw from
 their own ``torch.Generator`` so their tokens do not depend on what else is batched.
 Logprobs, when some row asks for them, come from the raw logits, before all of that.
+
+If sampling the batch raises, each row is sampled again on its own, so that one
+sequence's bad settings fail that sequence alone (:class:`SamplingFailed`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,26 @@ class SamplingBatch:
     bias_values: torch.Tensor | None = None
     constraints: list[Constraint | None] | None = None  # grammar per row, if any row has one
     logprobs_k: list[int | None] | None = None  # SamplingParams.logprobs per row, if any asks
+    seqs: list[Sequence] | None = None  # the rows' sequences, to sample them one by one
+    vocab_size: int = 0
+
+
+class SamplingFailed(Exception):
+    """Sampling failed for some rows only: the others' tokens (and logprobs) are here.
+
+    ``failed`` maps a row to its error; ``tokens`` holds a placeholder at those rows.
+    """
+
+    def __init__(
+        self,
+        tokens: torch.Tensor,
+        logprobs: list[TokenLogprobs | None] | None,
+        failed: dict[int, Exception],
+    ) -> None:
+        super().__init__(f"sampling failed for {len(failed)} of {len(tokens)} rows")
+        self.tokens = tokens
+        self.logprobs = logprobs
+        self.failed = failed
 
 
 def _padded(rows: list[list[int]], pad: int) -> torch.Tensor:
@@ -56,13 +79,15 @@ def build_sampling_batch(seqs: list[Sequence], vocab_size: int) -> SamplingBatch
     grammars = constraints if any(c is not None for c in constraints) else None
     ks = [p.logprobs for p in params]
     logprobs_k = ks if any(k is not None for k in ks) else None
+    common = {"constraints": grammars, "logprobs_k": logprobs_k, "seqs": seqs}
+    common["vocab_size"] = vocab_size
     if all(p.temperature == 0 for p in params) and not penalties and not bias:
-        return SamplingBatch(all_greedy=True, constraints=grammars, logprobs_k=logprobs_k)
+        return SamplingBatch(all_greedy=True, **common)
 
     def column(values: list[float]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.float32).unsqueeze(1)
 
-    batch = SamplingBatch(all_greedy=False, constraints=grammars, logprobs_k=logprobs_k)
+    batch = SamplingBatch(all_greedy=False, **common)
     batch.greedy = torch.tensor([p.temperature == 0 for p in params])
     batch.temperature = column([p.temperature or 1.0 for p in params])
     if any(p.top_k > 0 for p in params):
@@ -97,7 +122,9 @@ def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     (OpenAI style: output only) penalties, in place."""
     n_rows, vocab = logits.shape
     if batch.bias_rows is not None:
-        logits.index_put_((batch.bias_rows, batch.bias_cols), batch.bias_values, accumulate=True)
+        # Out of place: if sampling fails, the rows are sampled again from the logits
+        # as given (see ``sample``), and a bias must not be added twice.
+        logits = logits.index_put((batch.bias_rows, batch.bias_cols), batch.bias_values, True)
     if batch.all_ids is not None:
         seen = torch.zeros(n_rows, vocab + 1, dtype=torch.bool)
         seen.scatter_(1, batch.all_ids, True)
@@ -144,8 +171,41 @@ def sample(
 
     The logprobs are None when no row asked for them, else one entry per row (None
     for the rows that did not ask): the log-softmax of ``logits`` as given, before
-    any processing. ``logits`` may be modified in place.
+    any processing. ``logits`` may be modified in place, but only by the grammar
+    mask, which gives the same result applied twice.
+
+    If the batch fails, its rows are sampled one by one; when some of them fail
+    alone, :class:`SamplingFailed` carries the tokens of the others.
     """
+    try:
+        return _sample(logits, batch)
+    except Exception as exc:
+        if batch.seqs is None:
+            raise
+        batched_error = exc
+    tokens = torch.zeros(len(batch.seqs), dtype=torch.long)
+    logprobs: list[TokenLogprobs | None] | None = (
+        [None] * len(batch.seqs) if batch.logprobs_k is not None else None
+    )
+    failed: dict[int, Exception] = {}
+    for row, seq in enumerate(batch.seqs):
+        try:
+            one = build_sampling_batch([seq], batch.vocab_size)
+            token, entries = _sample(logits[row : row + 1], one)
+        except Exception as exc:
+            failed[row] = exc
+            continue
+        tokens[row] = token[0]
+        if logprobs is not None and entries is not None:
+            logprobs[row] = entries[0]
+    if failed:
+        raise SamplingFailed(tokens, logprobs, failed) from batched_error
+    return tokens, logprobs
+
+
+def _sample(
+    logits: torch.Tensor, batch: SamplingBatch
+) -> tuple[torch.Tensor, list[TokenLogprobs | None] | None]:
     if batch.logprobs_k is None:
         return pick_tokens(logits, batch), None
     asking = {i: k for i, k in enumerate(batch.logprobs_k) if k is not None}

@@ -12,6 +12,14 @@ class PromptTooLongError(ValueError):
     """The prompt alone does not fit the model's context (a client error: HTTP 400)."""
 
 
+class SamplingParamsError(ValueError):
+    """A :class:`SamplingParams` value the engine refuses; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass
 class SamplingParams:
     """How to pick tokens and when to stop. Defaults mean greedy, no penalties."""

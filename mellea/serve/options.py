@@ -7,6 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mellea.backends.model_options import ModelOption
+from mellea.serve.bounds import (
+    check_logit_bias,
+    check_metadata,
+    check_requirements,
+    check_schema,
+    check_stop,
+    check_tool_count,
+)
 from mellea.serve.errors import OpenAIError
 from mellea.serve.protocol import ChatCompletionRequest
 from mellea.serve.schema import UnsupportedSchemaError, model_from_schema
@@ -131,18 +139,22 @@ def reject_common(request: Any) -> None:
         raise OpenAIError(
             400, "stream_options is only allowed when stream is true", param="stream_options"
         )
-    if request.logit_bias:
-        for key in request.logit_bias:
-            if not key.lstrip("-").isdigit():
-                raise OpenAIError(
-                    400, f"logit_bias keys must be token ids, got {key!r}", param="logit_bias"
-                )
-    if isinstance(request.stop, list) and any(s == "" for s in request.stop):
-        raise OpenAIError(400, "stop sequences must not be empty", param="stop")
+    check_logit_bias(request.logit_bias)
+    check_stop(request.stop)
 
 
 def reject_unsupported(request: ChatCompletionRequest) -> None:
-    """400 for chat values the server cannot honour."""
+    """400 for chat values the server cannot honour, or over the bounds of ``mellea.serve.bounds``."""
+    check_requirements(request.requirements)
+    check_metadata(request.metadata)
+    if request.tools:
+        check_tool_count(len(request.tools))
+        for i, tool in enumerate(request.tools):
+            if tool.function.parameters is not None:
+                check_schema(tool.function.parameters, f"tools[{i}].function.parameters")
+    spec = request.response_format.json_schema if request.response_format else None
+    if spec is not None and spec.schema_ is not None:
+        check_schema(spec.schema_, "response_format")
     choice = request.tool_choice
     if choice is not None and not isinstance(choice, str):
         names = {tool.function.name for tool in request.tools or []}

@@ -6,8 +6,16 @@ import time
 import uuid
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
+from mellea.serve.bounds import MAX_CHOICES, MAX_TOP_LOGPROBS, check_body
 from mellea.serve.messages import ChatMessage
 
 MAX_INT32 = 2**31 - 1  # bound for counts, so absurd numbers are a 400, not an overflow
@@ -65,7 +73,7 @@ class Tool(BaseModel):
 class NamedFunction(BaseModel):
     """Names the function a ``tool_choice`` forces."""
 
-    name: str
+    name: str = Field(max_length=64)
 
 
 class NamedToolChoice(BaseModel):
@@ -80,20 +88,26 @@ class ChatCompletionRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
+    @model_validator(mode="before")
+    @classmethod
+    def bounded_body(cls, data: Any) -> Any:
+        """The whole body within depth, size and Unicode bounds (see ``mellea.serve.bounds``)."""
+        return check_body(data)
+
     messages: list[ChatMessage] = Field(min_length=1)
     model: str | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
-    n: int | None = Field(default=None, ge=1, le=128)
+    n: int | None = Field(default=None, ge=1, le=MAX_CHOICES)
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None

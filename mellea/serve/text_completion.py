@@ -6,10 +6,11 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
+from mellea.serve.bounds import MAX_CHOICES, check_body, check_generations
 from mellea.serve.completion import finish_reason_of, total_usage, usage_of
 from mellea.serve.errors import OpenAIError
 from mellea.serve.logprobs import CompletionLogprobs, completion_logprobs
@@ -22,12 +23,18 @@ class CompletionRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
+    @model_validator(mode="before")
+    @classmethod
+    def bounded_body(cls, data: Any) -> Any:
+        """The whole body within depth, size and Unicode bounds (see ``mellea.serve.bounds``)."""
+        return check_body(data)
+
     prompt: str | list[str] | list[int] | list[list[int]]
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
-    n: int | None = Field(default=None, ge=1, le=128)
+    n: int | None = Field(default=None, ge=1, le=MAX_CHOICES)
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
@@ -68,6 +75,10 @@ class CompletionRequest(BaseModel):
             )
         if self.best_of is not None and self.best_of > 1:
             raise OpenAIError(400, "best_of > 1 is not supported", param="best_of")
+        count = 1 if isinstance(self.prompt, str) or not self.prompt else len(self.prompt)
+        if self.prompt and isinstance(self.prompt[0], int):
+            count = 1  # one prompt of token ids (refused by ``prompts``)
+        check_generations(count, self.n or 1)
 
 
 class CompletionChoice(WireModel):

@@ -73,8 +73,13 @@ def serve_arguments(
         options["response_format"] = response_format
     if request.stream:
         options[ModelOption.STREAM] = True
+    messages = chat_messages(request.instructions, items)
+    if not messages:  # e.g. only reasoning items: a program has nothing to answer
+        raise OpenAIError(
+            400, "input holds no message, tool call or tool output to answer", param="input"
+        )
     return ServeArguments(
-        messages=chat_messages(request.instructions, items),
+        messages=messages,
         requirements=list(request.requirements) if request.requirements is not None else None,
         model_options=options,
         format=_format_model(request),

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from mellea.serve.bounds import (
+    MAX_CHOICES,
+    MAX_TOP_LOGPROBS,
+    check_body,
+    check_metadata,
+    check_requirements,
+    check_schema,
+    check_tool_count,
+)
 from mellea.serve.errors import OpenAIError, param_path
 from mellea.serve.protocol import MAX_INT32
 
-MAX_METADATA_PAIRS = 16
 OUTPUT_LOGPROBS = "message.output_text.logprobs"  # the ``include`` value asking for logprobs
 
 
@@ -57,6 +65,12 @@ class ResponsesRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
+    @model_validator(mode="before")
+    @classmethod
+    def bounded_body(cls, data: Any) -> Any:
+        """The whole body within depth, size and Unicode bounds (see ``mellea.serve.bounds``)."""
+        return check_body(data)
+
     model: str | None = None
     input: str | list[dict[str, Any]] | None = None
     instructions: str | None = None
@@ -76,10 +90,10 @@ class ResponsesRequest(BaseModel):
     user: str | None = None
     # Extra output to return; only ``OUTPUT_LOGPROBS`` is produced, the rest is ignored.
     include: list[str] | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     # Accepted so that values we cannot honour get a 400 naming them.
     background: bool | None = None
-    n: int | None = Field(default=None, ge=1, le=128)
+    n: int | None = Field(default=None, ge=1, le=MAX_CHOICES)
     conversation: Any = None
     prompt: Any = None
     # The mellea extension: requirements the program should check its output against.
@@ -99,20 +113,24 @@ class ResponsesRequest(BaseModel):
 def function_tools(request: ResponsesRequest) -> list[FunctionTool]:
     """The request's tools; anything but a function tool is a 400 naming it."""
     tools = []
+    check_tool_count(len(request.tools or []))
     for i, raw in enumerate(request.tools or []):
         kind = raw.get("type")
         if kind != "function":
             raise OpenAIError(
                 400,
-                f"tool type {kind!r} is not supported by this server; only 'function' tools are",
+                f"tool type {str(kind)[:64]!r} is not supported by this server; only 'function' tools are",
                 param=f"tools[{i}].type",
             )
         if isinstance(raw.get("function"), dict):  # a chat-style tool sent here by mistake
             raw = {"type": "function", **raw["function"]}
         try:
-            tools.append(FunctionTool.model_validate(raw))
+            tool = FunctionTool.model_validate(raw)
         except ValidationError as exc:
             raise field_error(exc, f"tools[{i}]") from None
+        if tool.parameters is not None:
+            check_schema(tool.parameters, f"tools[{i}].parameters")
+        tools.append(tool)
     return tools
 
 
@@ -123,7 +141,7 @@ def chat_tool_choice(request: ResponsesRequest, tools: list[FunctionTool]) -> An
         return None
     if isinstance(choice, str):
         if choice not in ("none", "auto", "required"):
-            raise OpenAIError(400, f"unknown tool_choice {choice!r}", param="tool_choice")
+            raise OpenAIError(400, f"unknown tool_choice {choice[:64]!r}", param="tool_choice")
         if choice == "required" and not tools:
             raise OpenAIError(400, "tool_choice 'required' needs tools", param="tool_choice")
         return choice
@@ -137,7 +155,7 @@ def chat_tool_choice(request: ResponsesRequest, tools: list[FunctionTool]) -> An
         )
     if name not in {tool.name for tool in tools}:
         raise OpenAIError(
-            400, f"tool_choice names {name!r}, which is not in tools", param="tool_choice"
+            400, f"tool_choice names {name[:64]!r}, which is not in tools", param="tool_choice"
         )
     return {"type": "function", "function": {"name": name}}
 
@@ -157,10 +175,8 @@ def reject_unsupported(request: ResponsesRequest) -> None:
         raise OpenAIError(
             400, "stream_options is only allowed when stream is true", param="stream_options"
         )
-    if request.metadata is not None and len(request.metadata) > MAX_METADATA_PAIRS:
-        raise OpenAIError(
-            400, f"metadata holds at most {MAX_METADATA_PAIRS} pairs", param="metadata"
-        )
+    check_metadata(request.metadata)
+    check_requirements(request.requirements)
     if request.input is None:
         raise OpenAIError(400, "input is required", param="input")
     if isinstance(request.input, list) and not request.input:
