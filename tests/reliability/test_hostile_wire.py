@@ -82,7 +82,7 @@ def echo_app():
 async def client(echo_app, monkeypatch):
     monkeypatch.setenv("ECHO_DELAY", "0")
     transport = httpx.ASGITransport(app=echo_app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=30) as c:
         yield c
 
 
@@ -441,7 +441,7 @@ async def test_sweep_no_json_gets_a_5xx(echo_app, route, data):
         body[field] = data.draw(_json)
     raw = json.dumps(body, allow_nan=True).encode("utf-8", "surrogatepass")
     transport = httpx.ASGITransport(app=echo_app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=30) as c:
         response = await post(c, route, raw)
     assert response.status_code < 500, (body, response.text[:300])
     if response.status_code >= 400:
@@ -498,7 +498,7 @@ _message = _shaped(
 async def test_sweep_structured_messages_and_items_never_get_a_5xx(echo_app, items, messages):
     """Shaped like real chat messages and Responses input items, with odd values inside."""
     transport = httpx.ASGITransport(app=echo_app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=30) as c:
         for route, body in ((RESPONSES, {"input": items}), (CHAT, {"messages": messages})):
             raw = json.dumps(body, allow_nan=True).encode("utf-8", "surrogatepass")
             response = await post(c, route, raw)
@@ -675,7 +675,7 @@ async def test_an_attacker_on_the_wire_fails_alone(engine_app):
     """Out-of-vocabulary and non-finite biases are a 400 naming ``logit_bias``, while a
     stream running beside them completes."""
     transport = httpx.ASGITransport(app=engine_app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as c:
         victim_body = {"messages": MSG, "max_tokens": 40, "stream": True, "ignore_eos": True}
 
         async def victim() -> list[str]:
@@ -731,7 +731,7 @@ async def test_sweep_sampling_values_on_the_engine_never_get_a_5xx(engine_app, o
     if body.get("logprobs"):
         body["top_logprobs"] = 20
     transport = httpx.ASGITransport(app=engine_app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as c:
         response = await post(c, CHAT, body)
     if response.status_code != 200:  # e.g. top_p 0, which the engine refuses: named
         assert assert_our_error(response)["param"] in options, (options, response.text[:300])
@@ -741,7 +741,7 @@ async def test_a_long_prompt_is_tokenized_off_the_event_loop(engine_app):
     """Rendering and tokenizing a ~1 MB prompt happens in a worker thread: the loop keeps
     ticking, and the prompt is refused for its length with a 400."""
     transport = httpx.ASGITransport(app=engine_app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as c:
         text = "hello world, this is a long prompt. " * 60_000
         body = {"messages": [{"role": "user", "content": text}], "max_tokens": 1}
         gap, response = await _worst_gap(post(c, CHAT, body))
@@ -779,7 +779,7 @@ async def test_schema_and_prompt_work_runs_off_the_event_loop(engine_app, tiny_e
     schema = {"type": "object", "properties": properties, "required": list(properties)}
     body = {"messages": MSG, "max_tokens": 2, "response_format": json_schema_format(schema)}
     transport = httpx.ASGITransport(app=engine_app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as c:
         response = await post(c, CHAT, body)
     assert response.status_code == 200, response.text
     assert set(seen) == {"apply_chat_template", "compile_grammar", "model"}

@@ -159,7 +159,7 @@ def _app(model_dir: Path, **settings: Any) -> Any:
 async def _ask(app: Any) -> dict[str, Any]:
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
             reply = await client.post("/v1/chat/completions", json=body)
             assert reply.status_code == 200, reply.text
@@ -202,7 +202,7 @@ def test_a_session_started_inside_serve_on_a_missing_model_gets_a_503_in_our_wor
 
     async def ask() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
             return await client.post("/v1/chat/completions", json=body)
 
