@@ -154,9 +154,6 @@ class Engine:
         )
         per_token = self.model_config.kv_bytes_per_token(cfg.dtype)
         model_len = self.model_config.max_position_embeddings
-        if self.model_config.sliding_window:
-            # Within the window, sliding-window attention is full attention.
-            model_len = min(model_len, self.model_config.sliding_window)
         budget = kv_cache_budget(kv_cache_memory, dev, max_num_seqs * model_len * per_token)
         num_blocks = budget // (block_size * per_token)
         if num_blocks < 1:
