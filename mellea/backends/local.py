@@ -88,9 +88,9 @@ def _build_engine(kind: str, model_id: str | None, kwargs: dict[str, Any]) -> Lo
         from mellea.engine.hf_generate import HFGenerateEngine
 
         return HFGenerateEngine(model_id, **kwargs)
-    from mellea.engine.engine import Engine
+    from mellea.engine import build_engine
 
-    return Engine(model_id, **kwargs)
+    return build_engine(model_id, **kwargs)
 
 
 class LocalBackend(Backend):
