@@ -41,6 +41,7 @@ class ServeSettings:
     responses_max_count: int | None = 10_000  # None: no bound
     responses_max_age: float | None = 30 * 24 * 3600.0  # seconds; None: kept forever
     kv_cache_memory: str | None = None
+    chat_template: str | None = None  # a Jinja file used instead of the model's template
 
     @property
     def served_model_name(self) -> str:
@@ -84,6 +85,21 @@ def check_settings(settings: ServeSettings) -> None:
                 "or a fraction of memory (e.g. 0.25)"
             ) from None
         os.environ["MELLEA_KV_CACHE_MEMORY"] = settings.kv_cache_memory
+    if settings.chat_template:
+        path = Path(settings.chat_template).expanduser().resolve()
+        try:
+            import jinja2
+
+            jinja2.Environment().parse(path.read_text())
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"--chat-template {settings.chat_template}: {exc}") from None
+        except jinja2.TemplateSyntaxError as exc:
+            raise SettingsError(
+                f"--chat-template {settings.chat_template}: not a Jinja template "
+                f"(line {exc.lineno}: {exc.message})"
+            ) from None
+        # Read by the local backend (as the KV budget above).
+        os.environ["MELLEA_CHAT_TEMPLATE"] = str(path)
     try:
         if settings.tool_call_parser:
             get_tool_parser(settings.tool_call_parser)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, Protocol
 
 from mellea.backends.base import Backend, openai_tools, schema_hint
@@ -77,7 +79,8 @@ async def warm_up() -> int:
     with _engines_lock:
         engines = list(_engines.values())
     for engine in engines:
-        prompt = engine.apply_chat_template([{"role": "user", "content": "Hi"}])
+        # Plain text, not the chat template: a model may have none (chat requests then get a 400).
+        prompt = engine.tokenizer.encode("Hi")
         async for _ in engine.add_request(prompt, SamplingParams(max_tokens=1)):
             pass
     return len(engines)
@@ -125,17 +128,24 @@ class LocalBackend(Backend):
         tool_calls: bool = False,
     ) -> ModelOutputThunk:
         """Start a request on the engine and return its streaming thunk."""
+        from mellea.engine.chat import ChatTemplateError
         from mellea.engine.types import PromptTooLongError
 
         options = ModelOption.merge_model_options(self.model_options, model_options)
         if format is not None:
             messages = _with_schema_hint(messages, format)
         tools = openai_tools(options.get(ModelOption.TOOLS))
-        prompt = self.engine.apply_chat_template(messages, tools=tools or None)
-        if tools and prompt == self.engine.apply_chat_template(messages):
-            # The model's chat template ignores tools: describe them ourselves, in the
-            # hermes format the server's default tool-call parser reads.
-            prompt = self.engine.apply_chat_template(with_tool_instructions(messages, tools))
+        render = _template_args(options.get("chat_template_kwargs"))
+        try:
+            prompt = self.engine.apply_chat_template(messages, tools=tools or None, **render)
+            if tools and prompt == self.engine.apply_chat_template(messages, **render):
+                # The model's chat template ignores tools: describe them ourselves, in the
+                # hermes format the server's default tool-call parser reads.
+                prompt = self.engine.apply_chat_template(
+                    with_tool_instructions(messages, tools), **render
+                )
+        except ChatTemplateError as exc:
+            raise RequestError(str(exc), param="messages") from None
         params = sampling_params(options)
         forced_tools = _forced_tools(tools, options.get(ModelOption.TOOL_CHOICE))
         try:
@@ -187,6 +197,27 @@ async def _chunks(stream: Any, texts: TokenTexts | None) -> AsyncIterator[Genera
         closer = getattr(stream, "aclose", None)
         if closer is not None:
             await closer()
+
+
+def _template_args(kwargs: Any) -> dict[str, Any]:
+    """Chat-template overrides: ``m serve --chat-template``'s file and the request's
+    ``chat_template_kwargs`` (only what is set, so engines without them still work)."""
+    args: dict[str, Any] = {}
+    path = os.environ.get("MELLEA_CHAT_TEMPLATE")
+    if path:
+        args["chat_template"] = _read_template(path)
+    if kwargs:
+        if not isinstance(kwargs, dict):
+            raise RequestError(
+                "chat_template_kwargs must be an object", param="chat_template_kwargs"
+            )
+        args["template_kwargs"] = kwargs
+    return args
+
+
+@functools.cache
+def _read_template(path: str) -> str:
+    return Path(path).read_text()
 
 
 def _forced_tools(tools: list[dict[str, Any]], choice: Any) -> list[dict[str, Any]]:

@@ -203,12 +203,21 @@ class Engine:
         *,
         tools: list[dict] | None = None,
         add_generation_prompt: bool = True,
+        chat_template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> list[int]:
-        """Render chat messages with the model's template and tokenize them."""
-        text = self._tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
+        """Render chat messages with the model's template (or ``chat_template``) and
+        tokenize them; ``ChatTemplateError`` (a ValueError) when that cannot be done."""
+        from mellea.engine.chat import render_chat
+
+        return render_chat(
+            self._tokenizer,
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            chat_template=chat_template,
+            template_kwargs=template_kwargs,
         )
-        return self._tokenizer.encode(text, add_special_tokens=False)
 
     def add_request(
         self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None

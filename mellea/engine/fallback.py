@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from mellea.engine.chat import render_chat
 from mellea.engine.config import resolve_device, resolve_dtype
 from mellea.engine.constraints import ConstraintCompiler
 from mellea.engine.detokenizer import IncrementalDetokenizer
@@ -95,10 +96,17 @@ class FallbackEngine:
         *,
         tools: list[dict] | None = None,
         add_generation_prompt: bool = True,
+        chat_template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> list[int]:
-        """Render chat messages with the model's template and tokenize them."""
-        return Engine.apply_chat_template(
-            self, messages, tools=tools, add_generation_prompt=add_generation_prompt
+        """Render chat messages into prompt tokens (see ``Engine.apply_chat_template``)."""
+        return render_chat(
+            self._tokenizer,
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            chat_template=chat_template,
+            template_kwargs=template_kwargs,
         )
 
     def add_request(
