@@ -107,7 +107,7 @@ class ModelConfig:
             model_type=model_type,
             vocab_size=raw["vocab_size"],
             hidden_size=raw["hidden_size"],
-            intermediate_size=raw["intermediate_size"],
+            intermediate_size=raw[family.intermediate_key],
             num_layers=layers,
             num_heads=heads,
             num_kv_heads=raw.get("num_key_value_heads") or heads,
@@ -168,6 +168,8 @@ def _layer_windows(
     """Each layer's kind and attention window; a window as long as the context is none."""
     window = raw.get("sliding_window")
     kinds = raw.get("layer_types")
+    if kinds is not None:  # Granite 4 names full attention "attention"
+        kinds = [FULL if kind == "attention" else kind for kind in kinds]
     if model_type == "gemma3_text":
         if kinds is None:
             pattern = raw.get("sliding_window_pattern") or raw.get("_sliding_window_pattern") or 6

@@ -49,6 +49,11 @@ class Family:
     norm_offset: float = 0.0  # Gemma stores RMSNorm weights as (w - 1)
     qkv_bias: bool = False  # q/k/v carry a bias whatever ``attention_bias`` says (Qwen2)
     activation_key: str = "hidden_act"
+    intermediate_key: str = "intermediate_size"  # the config key of the MLP width
+    # Checkpoint module names that differ from ours (ours: mlp.gate_up_proj, ...).
+    renames: dict[str, str] = field(default_factory=dict)
+    # Keys whose transformers default the engine does not handle, so they must be set.
+    required: tuple[str, ...] = ()
     # Keys this family reads beyond the common ones, with the values it handles.
     keys: dict[str, Check] = field(default_factory=dict)
 
@@ -112,6 +117,9 @@ COMMON_KEYS: dict[str, Check] = {
 
 _SILU: dict[str, Check] = {"hidden_act": _one_of("silu")}
 _WINDOWED: dict[str, Check] = {"sliding_window": _any}
+_GRANITE_MULTIPLIERS: dict[str, Check] = dict.fromkeys(
+    ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"), _any
+)
 
 FAMILIES: dict[str, Family] = {
     "llama": Family(keys=_SILU),
@@ -119,19 +127,44 @@ FAMILIES: dict[str, Family] = {
     # Qwen configs name a window even when ``use_sliding_window`` (checked off) unsets it.
     "qwen2": Family(qkv_bias=True, keys={**_SILU, **_WINDOWED}),
     "qwen3": Family(qk_norm="head", keys={**_SILU, **_WINDOWED}),
-    "granite": Family(
+    "granite": Family(keys={**_SILU, **_GRANITE_MULTIPLIERS}),
+    # Granite 4 dense checkpoints (granite-4.0-micro) are "hybrids" of attention layers
+    # only, without experts; any Mamba layer, expert or NoPE sends them to the fallback.
+    "granitemoehybrid": Family(
+        intermediate_key="shared_intermediate_size",
+        required=("layer_types", "num_local_experts", "position_embedding_type"),
+        renames={
+            "shared_mlp.input_linear": "mlp.gate_up_proj",
+            "shared_mlp.output_linear": "mlp.down_proj",
+        },
         keys={
             **_SILU,
+            **_GRANITE_MULTIPLIERS,
+            "shared_intermediate_size": _any,
+            "num_local_experts": _one_of(0),
+            "position_embedding_type": _one_of("rope"),
+            "layer_types": lambda kinds: all(k in ("attention", "full_attention") for k in kinds),
+            # Read only by Mamba layers and experts, which must be absent.
             **dict.fromkeys(
                 (
-                    "embedding_multiplier",
-                    "residual_multiplier",
-                    "attention_multiplier",
-                    "logits_scaling",
+                    "num_experts_per_tok",
+                    "output_router_logits",
+                    "router_aux_loss_coef",
+                    "mamba_chunk_size",
+                    "mamba_conv_bias",
+                    "mamba_d_conv",
+                    "mamba_d_head",
+                    "mamba_d_state",
+                    "mamba_expand",
+                    "mamba_n_groups",
+                    "mamba_n_heads",
+                    "mamba_proj_bias",
+                    "time_step_limit",
+                    "init_method",
                 ),
                 _any,
             ),
-        }
+        },
     ),
     "gemma3_text": Family(
         attn_out_norm="post_attention_layernorm",
@@ -188,6 +221,9 @@ def family_of(raw: dict) -> Family:
     family = FAMILIES.get(model_type)
     if family is None:
         raise UnsupportedModelError(f"architecture {model_type!r}")
+    missing = [key for key in family.required if key not in raw]
+    if missing:
+        raise UnsupportedModelError(f"{model_type} config without {missing[0]!r}")
     checks = {**COMMON_KEYS, **family.keys}
     for key, value in raw.items():
         check = checks.get(key)

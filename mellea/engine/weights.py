@@ -15,9 +15,11 @@ from torch import nn
 from mellea.engine.config import ModelConfig
 
 
-def _our_name(hf_name: str) -> str:
+def _our_name(hf_name: str, renames: dict[str, str]) -> str:
     """Our parameter name for a checkpoint tensor; norms are bare parameters."""
     name = hf_name.removeprefix("model.")
+    for theirs, ours in renames.items():
+        name = name.replace(f".{theirs}.", f".{ours}.")
     if name.endswith("norm.weight"):
         return name.removesuffix(".weight")
     return name
@@ -50,7 +52,7 @@ def load_weights(model: nn.Module, cfg: ModelConfig, model_dir: str | Path) -> N
         for file in files:
             with safe_open(str(file), framework="pt") as handle:
                 for hf_name in handle.keys():  # noqa: SIM118 (not a dict)
-                    target, first, rows = _our_name(hf_name), 0, None
+                    target, first, rows = _our_name(hf_name, cfg.family.renames), 0, None
                     for piece, (ours, offset, count) in fused.items():
                         if f".{piece}." in target:
                             target, first, rows = target.replace(piece, ours), offset, count

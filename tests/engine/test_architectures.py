@@ -27,6 +27,20 @@ def config(model_type: str, **extra) -> dict:
     return raw
 
 
+def granite4(**changes) -> dict:
+    """A Granite 4 dense config (granitemoehybrid of attention layers), with ``changes``;
+    a change to None removes the key."""
+    raw = config(
+        "granitemoehybrid",
+        layer_types=["attention"] * 4,
+        num_local_experts=0,
+        position_embedding_type="rope",
+        shared_intermediate_size=128,
+    )
+    raw.update(changes)
+    return {k: v for k, v in raw.items() if v is not None or k not in changes}
+
+
 @pytest.mark.parametrize(
     ("raw", "named"),
     [
@@ -41,7 +55,10 @@ def config(model_type: str, **extra) -> dict:
         (config("gemma3_text", attn_logit_softcapping=50.0), "attn_logit_softcapping"),
         (config("gemma3_text", use_bidirectional_attention=True), "use_bidirectional"),
         (config("phi3", lm_head_bias=True), "lm_head_bias"),
-        (config("granitemoehybrid"), "granitemoehybrid"),
+        (granite4(layer_types=["mamba", "attention"] * 2), "layer_types"),
+        (granite4(num_local_experts=8), "num_local_experts"),
+        (granite4(position_embedding_type=None), "position_embedding_type"),  # NoPE
+        (granite4(layer_types=None), "layer_types"),  # transformers' default: all Mamba
         (config("falcon_h1"), "falcon_h1"),
     ],
 )
@@ -62,6 +79,12 @@ def test_granite_multipliers_are_read() -> None:
     )
     assert cfg.embed_scale == 12.0 and cfg.residual_multiplier == 0.22
     assert cfg.attn_scale == 0.0078125 and cfg.logits_multiplier == 1 / 8
+
+
+def test_granite4_dense_runs_on_the_fast_engine() -> None:
+    cfg = ModelConfig.from_dict(granite4(residual_multiplier=0.22))
+    assert cfg.intermediate_size == 128 and cfg.residual_multiplier == 0.22
+    assert cfg.layer_kinds == (FULL,) * 4
 
 
 def test_qwen_window_is_ignored_while_use_sliding_window_is_off() -> None:

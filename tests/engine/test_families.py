@@ -74,6 +74,17 @@ FAMILY_CONFIGS: dict[str, dict] = {
         logits_scaling=2.5,
         attention_bias=True,
     ),
+    "granite4-dense": dict(
+        model_type="granitemoehybrid",
+        layer_types=["attention"] * 3,
+        num_local_experts=0,
+        position_embedding_type="rope",
+        shared_intermediate_size=80,
+        embedding_multiplier=2.0,
+        residual_multiplier=0.5,
+        attention_multiplier=0.1,
+        logits_scaling=3.0,
+    ),
     "gemma3": dict(
         model_type="gemma3_text",
         head_dim=16,
