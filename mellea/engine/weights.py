@@ -2,7 +2,9 @@
 
 Separate q/k/v and gate/up projections are copied into our fused ones as they come
 in; checkpoints that are fused already (Phi-3) load as they are. Every parameter must
-be filled completely, or loading fails naming what is missing.
+be filled completely. A checkpoint that does not fit the family (an unexpected or
+missing tensor, a wrong shape) raises ``UnsupportedModelError``, which sends the
+model to the transformers fallback.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import torch
 from torch import nn
 
 from mellea.engine.config import ModelConfig
+from mellea.engine.families import UnsupportedModelError
 
 
 def _our_name(hf_name: str, renames: dict[str, str]) -> str:
@@ -60,17 +63,17 @@ def load_weights(model: nn.Module, cfg: ModelConfig, model_dir: str | Path) -> N
                     if target not in params:
                         if "rotary_emb" in target or target == "lm_head.weight":
                             continue  # recomputed / tied to the embedding
-                        raise KeyError(f"unexpected weight {hf_name} in {file.name}")
+                        raise UnsupportedModelError(f"unexpected weight {hf_name}")
                     dest = params[target]
                     if rows is not None:
                         dest = dest.narrow(0, first, rows)
                     tensor = handle.get_tensor(hf_name)
                     if dest.shape != tensor.shape:
-                        raise ValueError(
+                        raise UnsupportedModelError(
                             f"{hf_name}: shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}"
                         )
                     dest.copy_(tensor)
                     filled[target] += dest.shape[0]
     missing = [name for name, rows in filled.items() if rows != params[name].shape[0]]
     if missing:
-        raise ValueError(f"weights missing from {model_dir}: {missing[:5]}")
+        raise UnsupportedModelError(f"weights missing from the checkpoint: {missing[:5]}")

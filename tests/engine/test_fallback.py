@@ -175,3 +175,20 @@ async def test_abort_and_prompt_checks(fallback):
         fallback.add_request(list(range(10, 10 + fallback.max_model_len)), SamplingParams())
     with pytest.raises(ValueError):
         fallback.add_request(PROMPTS[0], SamplingParams(top_p=0))
+
+
+def test_a_checkpoint_that_does_not_fit_its_family_goes_to_the_fallback(tmp_path, tiny_model_dir):
+    """A tensor the family does not have is never dropped silently."""
+    from safetensors.torch import load_file, save_file
+
+    from mellea.engine import build_engine
+    from mellea.engine.fallback import FallbackEngine
+
+    for file in tiny_model_dir.iterdir():
+        shutil.copy(file, tmp_path / file.name)
+    weights = load_file(tmp_path / "model.safetensors")
+    weights["model.layers.0.self_attn.sinks"] = torch.zeros(4)
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    engine = build_engine(str(tmp_path))
+    engine.shutdown()
+    assert isinstance(engine, FallbackEngine)
