@@ -67,6 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--levels", default="1,8")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -87,7 +88,8 @@ def main() -> None:
         },
         "models": {},
     }
-    for name, (spec, template_file) in MODELS.items():
+    for name in args.models.split(","):
+        spec, template_file = MODELS[name]
         print(f"loading {name} ...")
         engine = Engine(spec)
         template = template_file.read_text() if template_file else None

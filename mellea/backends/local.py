@@ -25,7 +25,11 @@ class LocalEngine(Protocol):
     tokenizer: Any
 
     def apply_chat_template(
-        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        **template_args: Any,  # chat_template / template_kwargs, passed only when set
     ) -> list[int]: ...
 
     def add_request(self, prompt: Any, params: Any, request_id: str | None = None) -> Any: ...
