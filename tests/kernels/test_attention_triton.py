@@ -203,3 +203,9 @@ def test_sliding_window_small_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
     # Query tiles of 16 rows whose windows start in different key tiles.
     small_tiles(monkeypatch)
     windowed_reference_check(7, [16, 17, 40], [(33, 33), (17, 40), (2, 33)])
+
+
+def test_head_dim_256_tiles() -> None:
+    """Gemma 3's head size takes its own prefill tiles (16 keys per step)."""
+    run_prefill(4, 1, 256, torch.bfloat16, [(20, 20), (5, 40)], block_size=16)
+    run_decode(4, 1, 256, torch.bfloat16, [20, 40], block_size=16)

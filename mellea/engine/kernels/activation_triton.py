@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-_SQRT_2_OVER_PI = 0.7978845608028654
+_SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)  # a global a kernel may read
 
 
 @triton.jit

@@ -45,6 +45,8 @@ def decode_config(dtype: torch.dtype, head_dim: int, group: int) -> LaunchConfig
 def prefill_config(dtype: torch.dtype, head_dim: int) -> LaunchConfig:
     """Launch config for prefill; chosen so sm_80 compiles without register spills."""
     block_d = max(16, triton.next_power_of_2(head_dim))
+    if block_d > 128:  # Gemma 3's 256: narrower key tiles, or half precision spills
+        return LaunchConfig(block_m=32, block_n=16, block_d=block_d, num_warps=8)
     return LaunchConfig(
         block_m=32 if dtype == torch.float32 else 64,
         block_n=32,
