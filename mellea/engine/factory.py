@@ -25,7 +25,7 @@ def build_engine(model: str | None = None, **kwargs: Any) -> Any:
         reason = str(exc)
     from mellea.engine.fallback import FallbackEngine
 
-    path = resolve_model(model)
+    path = resolve_model(model, report=lambda _: None)  # the fast engine already said where
     model_id = DEFAULT_MODEL_ID if model in DEFAULT_ALIASES else str(model)
     try:
         engine = FallbackEngine(path, model_id=model_id, **kwargs)

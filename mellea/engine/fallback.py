@@ -66,8 +66,9 @@ class FallbackEngine:
         path = Path(path)
         dev = resolve_device(device)
         self.model_id = model_id
-        self._tokenizer = AutoTokenizer.from_pretrained(path)
+        # The model first: when transformers does not know the architecture, that is the error.
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev))
+        self._tokenizer = AutoTokenizer.from_pretrained(path)
         self.model.to(dev).eval().requires_grad_(False)
         self.device = dev
         text_config = self.model.config.get_text_config()
