@@ -192,3 +192,25 @@ def test_a_checkpoint_that_does_not_fit_its_family_goes_to_the_fallback(tmp_path
     engine = build_engine(str(tmp_path))
     engine.shutdown()
     assert isinstance(engine, FallbackEngine)
+
+
+@pytest.mark.e2e
+def test_served_through_m_serve_streaming_with_a_schema(hybrid):
+    """The fallback behind `m serve`: announced once in the log, streams, honours a schema."""
+    import openai
+
+    from tests.server import PROGRAMS, serve
+
+    with serve(PROGRAMS / "local_model.py", env={"LOCAL_MODEL": str(hybrid[0])}) as server:
+        client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0)
+        ask = dict(model="m", messages=[{"role": "user", "content": "hi"}], temperature=0)
+        chunks = list(client.chat.completions.create(stream=True, max_tokens=6, **ask))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        whole = client.chat.completions.create(max_tokens=6, **ask)
+        assert text == whole.choices[0].message.content
+        assert whole.usage.completion_tokens == 6
+        constrained = client.chat.completions.create(
+            max_tokens=30, response_format={"type": "json_object"}, **ask
+        )
+        assert constrained.choices[0].message.content.lstrip().startswith("{")
+        assert server.log.count("fast engine does not cover") == 1
