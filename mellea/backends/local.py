@@ -45,6 +45,7 @@ class LocalBackend(Backend):
         super().__init__(model_options)
         runtime = runtime or current_runtime()
         self.tool_call_parser = tool_call_parser or runtime.tool_call_parser
+        self.chat_template = runtime.chat_template  # m serve --chat-template, if given
         self.engine = engine if engine is not None else runtime.engine(model_id, **engine_kwargs)
         served_elsewhere = engine is None and runtime.model is not None
         named = None if served_elsewhere else model_name(model_id)
@@ -59,11 +60,13 @@ class LocalBackend(Backend):
         tool_calls: bool = False,
     ) -> ModelOutputThunk:
         """Start a request on the engine and return its streaming thunk."""
+        from mellea.engine.chat import ChatTemplateError
         from mellea.engine.types import PromptTooLongError, SamplingParamsError
 
         messages = text_only(messages)
         options = ModelOption.merge_model_options(self.model_options, model_options)
         tools = openai_tools(options.get(ModelOption.TOOLS))
+        render = _template_args(options.get("chat_template_kwargs"), self.chat_template)
         forced_tools = _forced_tools(tools, options.get(ModelOption.TOOL_CHOICE))
         params = sampling_params(options)
         params.cache_salt = current_cache_salt()
@@ -71,12 +74,14 @@ class LocalBackend(Backend):
             # Rendering and tokenizing a long prompt, and turning a schema into a grammar,
             # take CPU time the event loop (and every other request on it) must not wait for.
             prompt, params.grammar, constraint = await asyncio.to_thread(
-                self._prompt_and_grammar, messages, tools, format, options, forced_tools
+                self._prompt_and_grammar, messages, tools, format, options, forced_tools, render
             )
             extra = {"constraint": constraint} if constraint is not None else {}
             stream = self.engine.add_request(prompt, params, **extra)
         except PromptTooLongError as exc:
             raise ContextLengthExceededError(str(exc)) from None
+        except ChatTemplateError as exc:
+            raise RequestError(str(exc), param="messages") from None
         except SamplingParamsError as exc:
             raise RequestError(str(exc), param=_WIRE_NAMES.get(exc.field, exc.field)) from None
         except ValueError as exc:  # the grammar (or the engine) refused the request
@@ -103,16 +108,19 @@ class LocalBackend(Backend):
         format: type | None,
         options: dict[str, Any],
         forced_tools: list[dict[str, Any]],
+        render: dict[str, Any],
     ) -> tuple[list[int], str | None, Any]:
         """The prompt's token ids, the decoding grammar and, where the engine compiles
         grammars ahead, its matcher (runs in a worker thread)."""
         if format is not None:
             messages = _with_schema_hint(messages, format)
-        prompt = self.engine.apply_chat_template(messages, tools=tools or None)
-        if tools and prompt == self.engine.apply_chat_template(messages):
+        prompt = self.engine.apply_chat_template(messages, tools=tools or None, **render)
+        if tools and prompt == self.engine.apply_chat_template(messages, **render):
             # The model's chat template ignores tools: describe them ourselves, in the
             # hermes format the server's default tool-call parser reads.
-            prompt = self.engine.apply_chat_template(with_tool_instructions(messages, tools))
+            prompt = self.engine.apply_chat_template(
+                with_tool_instructions(messages, tools), **render
+            )
         grammar = _grammar(format, options.get("response_format"), forced_tools)
         compile_grammar = getattr(self.engine, "compile_grammar", None)
         constraint = compile_grammar(grammar) if grammar and compile_grammar else None
@@ -150,6 +158,22 @@ async def _chunks(stream: Any, texts: TokenTexts | None) -> AsyncIterator[Genera
 
 # Engine sampling fields under the request field a client sent them as.
 _WIRE_NAMES = {"logprobs": "top_logprobs"}
+
+
+def _template_args(kwargs: Any, chat_template: str | None) -> dict[str, Any]:
+    """Chat-template overrides: the runtime's template (``m serve --chat-template``) and
+    the request's ``chat_template_kwargs`` (only what is set, so engines without them
+    still work)."""
+    args: dict[str, Any] = {}
+    if chat_template:
+        args["chat_template"] = chat_template
+    if kwargs:
+        if not isinstance(kwargs, dict):
+            raise RequestError(
+                "chat_template_kwargs must be an object", param="chat_template_kwargs"
+            )
+        args["template_kwargs"] = kwargs
+    return args
 
 
 def _forced_tools(tools: list[dict[str, Any]], choice: Any) -> list[dict[str, Any]]:

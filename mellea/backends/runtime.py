@@ -68,6 +68,7 @@ class Runtime:
     ``kv_cache_memory``: each engine's KV-cache budget (bytes, or a fraction of memory).
     ``tool_call_parser``: the format local sessions read tool calls in (``None``: hermes).
     ``model``: serve this model for every local session, whatever the program names.
+    ``chat_template``: a Jinja chat template (text) used instead of the models' own.
     ``progress``: shows long loading steps (a context manager per step); default: logged.
     ``engine_factory``: builds engines (default: the batching :class:`Engine`).
     """
@@ -78,12 +79,14 @@ class Runtime:
         kv_cache_memory: int | float | None = None,
         tool_call_parser: str | None = None,
         model: str | None = None,
+        chat_template: str | None = None,
         progress: StepHook | None = None,
         engine_factory: EngineFactory | None = None,
     ) -> None:
         self.kv_cache_memory = kv_cache_memory
         self.tool_call_parser = tool_call_parser
         self.model = model
+        self.chat_template = chat_template
         self.progress = progress
         self.engine_factory = engine_factory
         self._engines: dict[tuple[Any, ...], Engine] = {}  # by resolved model
@@ -152,7 +155,9 @@ class Runtime:
 
         engines = self.engines()
         for engine in engines:
-            prompt = engine.apply_chat_template([{"role": "user", "content": "Hi"}])
+            # Plain text, not the chat template: a model may have none (chat requests
+            # then get a 400), and that must not stop the server from starting.
+            prompt = engine.tokenizer.encode("Hi")
             async for _ in engine.add_request(prompt, SamplingParams(max_tokens=1)):
                 pass
         return len(engines)
@@ -186,9 +191,10 @@ class Runtime:
         if self.engine_factory is not None:
             engine = self.engine_factory(str(path), **kwargs)
         else:
-            from mellea.engine.engine import Engine
+            from mellea.engine import build_engine
 
-            engine = Engine(str(path), **kwargs)
+            # The fast engine, or transformers' own forward pass for what it does not cover.
+            engine = build_engine(str(path), **kwargs)
         # Reported in stats and metrics: the name asked for, not the cache directory.
         engine.model_id = DEFAULT_MODEL_ID if spec in DEFAULT_ALIASES else str(spec)
         return engine

@@ -156,9 +156,6 @@ class Engine:
         )
         per_token = self.model_config.kv_bytes_per_token(cfg.dtype)
         model_len = self.model_config.max_position_embeddings
-        if self.model_config.sliding_window:
-            # Within the window, sliding-window attention is full attention.
-            model_len = min(model_len, self.model_config.sliding_window)
         budget = kv_cache_budget(kv_cache_memory, dev, max_num_seqs * model_len * per_token)
         num_blocks = budget // (block_size * per_token)
         if num_blocks < 1:
@@ -208,12 +205,21 @@ class Engine:
         *,
         tools: list[dict] | None = None,
         add_generation_prompt: bool = True,
+        chat_template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> list[int]:
-        """Render chat messages with the model's template and tokenize them."""
-        text = self._tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
+        """Render chat messages with the model's template (or ``chat_template``) and
+        tokenize them; ``ChatTemplateError`` (a ValueError) when that cannot be done."""
+        from mellea.engine.chat import render_chat
+
+        return render_chat(
+            self._tokenizer,
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            chat_template=chat_template,
+            template_kwargs=template_kwargs,
         )
-        return self._tokenizer.encode(text, add_special_tokens=False)
 
     def compile_grammar(self, grammar: str) -> Constraint:
         """A matcher for ``grammar``, to pass to :meth:`add_request` as ``constraint``.

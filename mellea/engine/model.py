@@ -1,16 +1,16 @@
-"""A Llama-family decoder over a flat batch of tokens and a paged KV cache.
+"""A decoder of any of the engine's families over a flat batch and a paged KV cache.
 
 Tokens of all scheduled sequences are packed back to back (no padding): first one
 token per decoding sequence, then the prompt chunks of prefilling sequences. Linear
 layers see the whole flat batch at once; only attention looks at sequence borders.
 
-Covers Llama / SmolLM (optionally tied embeddings), Mistral (treated as full
-attention) and Qwen2 (bias on q/k/v) through :class:`ModelConfig`.
+What differs between families (which norms surround attention and the MLP, q/k
+norms, multipliers, windows, RoPE per layer kind, activation) comes from
+:class:`~mellea.engine.config.ModelConfig` and its :class:`~mellea.engine.families.Family`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,136 +19,45 @@ from torch import nn
 
 from mellea.engine import kernels
 from mellea.engine.config import ModelConfig
+from mellea.engine.cpu_attention import (
+    AttentionMetadata,
+    causal_prefill_attention,
+    cpu_decode_attention,
+    cpu_paged_prefill_attention,
+)
+from mellea.engine.rope import interleaved_order, rope_tables, rotations
+from mellea.engine.weights import load_weights
+
+__all__ = ["AttentionMetadata", "DecoderModel", "build_model"]
 
 
-@dataclass
-class AttentionMetadata:
-    """Where each token's K/V goes and what each query attends to.
-
-    The first ``num_decode`` tokens are one query per decoding sequence; the rest are
-    prefill chunks, ``prefill_cu_seqlens`` giving their offsets (relative to
-    ``num_decode``). Context lengths count every token of the sequence in the cache,
-    including the ones computed in this step.
-    """
-
-    slot_mapping: torch.Tensor  # [T] int64
-    num_decode: int = 0
-    decode_block_tables: torch.Tensor | None = None  # [Bd, max_blocks] int32
-    decode_context_lens: torch.Tensor | None = None  # [Bd] int32
-    decode_max_len: int = 0
-    decode_block_index: torch.Tensor | None = None  # [Bd * max_blocks] int64, flattened tables
-    decode_attn_mask: torch.Tensor | None = None  # [Bd, 1, 1, max_len], False past the end
-    prefill_block_tables: torch.Tensor | None = None  # [Bp, max_blocks] int32
-    prefill_cu_seqlens: torch.Tensor | None = None  # [Bp + 1] int32
-    prefill_context_lens: torch.Tensor | None = None  # [Bp] int32
-    prefill_query_lens: tuple[int, ...] = ()
-    prefill_total_lens: tuple[int, ...] = ()  # prefill_context_lens as Python ints
-    prefill_has_context: bool = False  # some chunk attends to tokens of earlier steps
+def _norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None, fast: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """RMSNorm(x + residual), returning the new residual too (None in -> None out)."""
+    if not fast:
+        return kernels.rms_norm(x, weight, eps, residual)
+    if residual is not None:
+        x = x + residual
+    return F.rms_norm(x, weight.shape, weight, eps), (x if residual is not None else None)
 
 
-def cpu_decode_attention(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    meta: AttentionMetadata,
-    scale: float,
-) -> torch.Tensor:
-    """Decode attention on CPU: one block gather per layer and one fused SDPA call.
-
-    Same maths as ``kernels.paged_attention_decode``. The query heads of a KV group
-    are laid out as SDPA's query-length axis, so each group is one small attention
-    against its shared K/V and no K/V is repeated. ``q``: [B, Hq, D] -> [B, Hq * D].
-    """
-    batch, n_heads, head_dim = q.shape
-    n_kv, block_size = k_cache.shape[2], k_cache.shape[1]
-    width = meta.decode_block_index.shape[0] // batch * block_size
-    max_len = meta.decode_max_len
-    keys = k_cache.index_select(0, meta.decode_block_index).view(batch, width, n_kv, head_dim)
-    values = v_cache.index_select(0, meta.decode_block_index).view(batch, width, n_kv, head_dim)
-    out = F.scaled_dot_product_attention(
-        q.reshape(batch, n_kv, n_heads // n_kv, head_dim),
-        keys[:, :max_len].transpose(1, 2),
-        values[:, :max_len].transpose(1, 2),
-        attn_mask=meta.decode_attn_mask,
-        scale=scale,
-    )
-    return out.reshape(batch, n_heads * head_dim)
-
-
-def causal_prefill_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_lens: tuple[int, ...], scale: float
-) -> torch.Tensor:
-    """Attention of whole fresh prompts over their own K/V (no cache read).
-
-    ``q``: [T, Hq, D], ``k``/``v``: [T, Hk, D], prompts back to back -> [T, Hq * D].
-    """
-    gqa = q.shape[1] != k.shape[1]
-    outs = []
-    start = 0
-    for length in query_lens:
-        end = start + length
-        # 4-D inputs: with 3-D ones SDPA falls back to its slow math path on CPU.
-        out = F.scaled_dot_product_attention(
-            q[start:end].transpose(0, 1)[None],
-            k[start:end].transpose(0, 1)[None],
-            v[start:end].transpose(0, 1)[None],
-            is_causal=True,
-            scale=scale,
-            enable_gqa=gqa,
-        )
-        outs.append(out[0].transpose(0, 1).reshape(length, -1))
-        start = end
-    return outs[0] if len(outs) == 1 else torch.cat(outs)
-
-
-def cpu_paged_prefill_attention(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    meta: AttentionMetadata,
-    scale: float,
-) -> torch.Tensor:
-    """Prefill chunks that also attend to tokens already in the cache (a cached prefix
-    or an earlier chunk), read through the block tables. Same maths as
-    ``kernels.paged_attention_prefill``, with GQA inside SDPA instead of repeated K/V.
-    ``q``: [T, Hq, D] -> [T, Hq * D]."""
-    block_size, n_kv, head_dim = k_cache.shape[1], k_cache.shape[2], k_cache.shape[3]
-    gqa = q.shape[1] != n_kv
-    outs = []
-    start = 0
-    for b, (length, total) in enumerate(
-        zip(meta.prefill_query_lens, meta.prefill_total_lens, strict=True)
-    ):
-        blocks = meta.prefill_block_tables[b, : -(-total // block_size)].long()
-        keys = k_cache.index_select(0, blocks).view(-1, n_kv, head_dim)[:total]
-        values = v_cache.index_select(0, blocks).view(-1, n_kv, head_dim)[:total]
-        # New token i sits at position total - length + i and sees everything up to it.
-        mask = None
-        if total > length:
-            mask = torch.ones(length, total, dtype=torch.bool, device=q.device).tril(total - length)
-        out = F.scaled_dot_product_attention(
-            q[start : start + length].transpose(0, 1)[None],
-            keys.transpose(0, 1)[None],
-            values.transpose(0, 1)[None],
-            attn_mask=mask,
-            is_causal=mask is None,
-            scale=scale,
-            enable_gqa=gqa,
-        )
-        outs.append(out[0].transpose(0, 1).reshape(length, -1))
-        start += length
-    return outs[0] if len(outs) == 1 else torch.cat(outs)
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, fast: bool) -> torch.Tensor:
+    """RMSNorm over the last dim of ``x`` (any shape) with ``weight`` of that size."""
+    if fast:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    return kernels.rms_norm(x.reshape(-1, weight.shape[0]), weight, eps)[0].view(x.shape)
 
 
 class Attention(nn.Module):
-    """Self-attention with fused QKV, rotary embedding and a paged KV cache.
+    """Self-attention with fused QKV, optional q/k norms, RoPE and a paged KV cache.
 
     Two paths with the same maths: the kernels of :mod:`mellea.engine.kernels`
     (Triton on GPU), and a CPU path that does each step in as few PyTorch ops as it
     can, since per-op overhead is a good part of a small model's decode step there.
     """
 
-    def __init__(self, cfg: ModelConfig, fast_cpu: bool) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int, fast_cpu: bool) -> None:
         super().__init__()
         self.fast_cpu = fast_cpu
         self.num_heads = cfg.num_heads
@@ -156,45 +65,55 @@ class Attention(nn.Module):
         self.head_dim = cfg.head_dim
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
-        self.scale = cfg.head_dim**-0.5
+        self.scale = cfg.attn_scale
+        self.eps = cfg.rms_norm_eps
+        self.rope_kind = cfg.layer_kinds[layer]
+        self.window = cfg.layer_windows[layer]
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, cfg.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, cfg.o_bias)
+        self.qk_norm = cfg.family.qk_norm
+        if self.qk_norm is not None:
+            per_head = self.qk_norm == "head"
+            self.q_norm = nn.Parameter(torch.ones(cfg.head_dim if per_head else self.q_size))
+            self.k_norm = nn.Parameter(torch.ones(cfg.head_dim if per_head else self.kv_size))
 
     def forward(
         self,
         x: torch.Tensor,
         positions: torch.Tensor,
-        rope: torch.Tensor,
+        rope: dict[str, torch.Tensor],
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         """``x``: [T, hidden] -> [T, hidden]; writes this step's K/V into the cache.
 
-        ``rope`` is the cos|sin table on the kernel path and this step's complex
-        rotations [T, 1, D/2] on the CPU path.
+        ``rope`` maps a layer kind to its cos|sin table on the kernel path and to this
+        step's complex rotations [T, 1, D/2] on the CPU path.
         """
         n_tokens = x.shape[0]
         n_heads, n_kv, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv_proj(x)
         v = qkv[:, self.q_size + self.kv_size :].view(n_tokens, n_kv, head_dim)
+        q, k = qkv[:, : self.q_size + self.kv_size].split([self.q_size, self.kv_size], -1)
+        q = q.reshape(n_tokens, n_heads, head_dim)
+        k = k.reshape(n_tokens, n_kv, head_dim)
+        if self.qk_norm is not None:
+            q, k = self._norm_qk(q, k)
         if self.fast_cpu:
-            # q/k rows were permuted at load time so that each rotary pair is adjacent:
+            # q/k dims were permuted at load time so that each rotary pair is adjacent:
             # RoPE on q and k together is then a single complex multiply.
-            qk = qkv[:, : self.q_size + self.kv_size].view(n_tokens, n_heads + n_kv, -1, 2)
-            qk = torch.view_as_real(torch.view_as_complex(qk) * rope)
+            if self.qk_norm is None:
+                qk = qkv[:, : self.q_size + self.kv_size].view(n_tokens, n_heads + n_kv, -1, 2)
+            else:
+                qk = torch.cat([q, k], dim=1).view(n_tokens, n_heads + n_kv, -1, 2)
+            qk = torch.view_as_real(torch.view_as_complex(qk) * rope[self.rope_kind])
             qk = qk.view(n_tokens, n_heads + n_kv, head_dim)
             q, k = qk[:, :n_heads], qk[:, n_heads:]
             k_cache.view(-1, n_kv, head_dim).index_copy_(0, meta.slot_mapping, k)
             v_cache.view(-1, n_kv, head_dim).index_copy_(0, meta.slot_mapping, v)
         else:
-            q, k = qkv[:, : self.q_size + self.kv_size].split([self.q_size, self.kv_size], -1)
-            q, k = kernels.rotary_embedding(
-                positions,
-                q.reshape(n_tokens, n_heads, head_dim),
-                k.reshape(n_tokens, n_kv, head_dim),
-                rope,
-            )
+            q, k = kernels.rotary_embedding(positions, q, k, rope[self.rope_kind])
             kernels.store_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
 
         nd = meta.num_decode
@@ -211,13 +130,30 @@ class Attention(nn.Module):
             )
         return self.o_proj(out)
 
+    def _norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RMSNorm of q and k, per head (Qwen3, Gemma 3) or over all heads (OLMo 2)."""
+        if self.qk_norm == "head":
+            return (
+                _rms(q, self.q_norm, self.eps, self.fast_cpu),
+                _rms(k, self.k_norm, self.eps, self.fast_cpu),
+            )
+        q = _rms(q.reshape(q.shape[0], -1), self.q_norm, self.eps, self.fast_cpu)
+        k = _rms(k.reshape(k.shape[0], -1), self.k_norm, self.eps, self.fast_cpu)
+        return q.view(q.shape[0], self.num_heads, -1), k.view(k.shape[0], self.num_kv_heads, -1)
+
     def _decode(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         if self.fast_cpu:
-            return cpu_decode_attention(q, k_cache, v_cache, meta, self.scale)
+            return cpu_decode_attention(q, k_cache, v_cache, meta, self.scale, self.window)
         out = kernels.paged_attention_decode(
-            q, k_cache, v_cache, meta.decode_block_tables, meta.decode_context_lens, self.scale
+            q,
+            k_cache,
+            v_cache,
+            meta.decode_block_tables,
+            meta.decode_context_lens,
+            self.scale,
+            self.window or 0,
         )
         return out.reshape(q.shape[0], self.q_size)
 
@@ -232,9 +168,11 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         if self.fast_cpu and not meta.prefill_has_context:
             # Whole fresh prompts: attend over this step's K/V, no cache read-back.
-            return causal_prefill_attention(q, k, v, meta.prefill_query_lens, self.scale)
+            return causal_prefill_attention(
+                q, k, v, meta.prefill_query_lens, self.scale, self.window
+            )
         if self.fast_cpu:
-            return cpu_paged_prefill_attention(q, k_cache, v_cache, meta, self.scale)
+            return cpu_paged_prefill_attention(q, k_cache, v_cache, meta, self.scale, self.window)
         out = kernels.paged_attention_prefill(
             q.contiguous(),
             k_cache,
@@ -243,66 +181,82 @@ class Attention(nn.Module):
             meta.prefill_cu_seqlens,
             meta.prefill_context_lens,
             self.scale,
+            self.window or 0,
         )
         return out.reshape(q.shape[0], self.q_size)
 
 
 class MLP(nn.Module):
-    """SwiGLU feed-forward with a fused gate/up projection."""
+    """Gated feed-forward (SwiGLU, or GELU-tanh for Gemma) with a fused gate/up projection."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, cfg.mlp_bias)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, cfg.mlp_bias)
+        self.act = kernels.silu_and_mul if cfg.activation == "silu" else kernels.gelu_tanh_and_mul
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[T, hidden] -> [T, hidden]."""
-        return self.down_proj(kernels.silu_and_mul(self.gate_up_proj(x)))
-
-
-def _norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None, fast: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """RMSNorm(x + residual), returning the new residual too (None in -> x out)."""
-    if not fast:
-        return kernels.rms_norm(x, weight, eps, residual)
-    if residual is not None:
-        x = x + residual
-    return F.rms_norm(x, weight.shape, weight, eps), x
+        return self.down_proj(self.act(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm attention + MLP; the residual add is fused into the next norm."""
+    """Attention then MLP, each with the norms its family puts around it.
 
-    def __init__(self, cfg: ModelConfig, fast_cpu: bool) -> None:
+    A layer returns its MLP output before the residual add; the next layer (or the
+    final norm) adds it, fused into its first norm where it has one.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: int, fast_cpu: bool) -> None:
         super().__init__()
         self.eps = cfg.rms_norm_eps
         self.fast_cpu = fast_cpu
-        self.self_attn = Attention(cfg, fast_cpu)
+        self.residual_multiplier = cfg.residual_multiplier
+        fam = cfg.family
+        self.norms = (fam.attn_in_norm, fam.attn_out_norm, fam.mlp_in_norm, fam.mlp_out_norm)
+        for name in self.norms:
+            if name is not None:
+                self.register_parameter(name, nn.Parameter(torch.ones(cfg.hidden_size)))
+        self.self_attn = Attention(cfg, layer, fast_cpu)
         self.mlp = MLP(cfg)
-        self.input_layernorm = nn.Parameter(torch.ones(cfg.hidden_size))
-        self.post_attention_layernorm = nn.Parameter(torch.ones(cfg.hidden_size))
 
     def forward(
         self,
         x: torch.Tensor,
         residual: torch.Tensor | None,
         positions: torch.Tensor,
-        rope: torch.Tensor,
+        rope: dict[str, torch.Tensor],
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (output before the residual add, residual)."""
-        h, residual = _norm(x, self.input_layernorm, self.eps, residual, self.fast_cpu)
-        if residual is None:
-            residual = x
-        h = self.self_attn(h, positions, rope, k_cache, v_cache, meta)
-        h, residual = _norm(h, self.post_attention_layernorm, self.eps, residual, self.fast_cpu)
-        return self.mlp(h), residual
+        attn_in, attn_out, mlp_in, mlp_out = self.norms
+        h, residual = self._add_norm(x, residual, attn_in)
+        h = self._finish(self.self_attn(h, positions, rope, k_cache, v_cache, meta), attn_out)
+        h, residual = self._add_norm(h, residual, mlp_in)
+        return self._finish(self.mlp(h), mlp_out), residual
+
+    def _add_norm(
+        self, x: torch.Tensor, residual: torch.Tensor | None, norm: str | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual); without a norm, the sum twice."""
+        if norm is None:
+            total = x if residual is None else x + residual
+            return total, total
+        h, total = _norm(x, getattr(self, norm), self.eps, residual, self.fast_cpu)
+        return h, (x if total is None else total)
+
+    def _finish(self, h: torch.Tensor, norm: str | None) -> torch.Tensor:
+        """A sublayer's output as it joins the residual: normed and scaled if so configured."""
+        if norm is not None:
+            h = _rms(h, getattr(self, norm), self.eps, self.fast_cpu)
+        if self.residual_multiplier != 1.0:
+            h = h * self.residual_multiplier
+        return h
 
 
-class LlamaModel(nn.Module):
+class DecoderModel(nn.Module):
     """Embedding, decoder layers, final norm and LM head.
 
     ``fast_cpu`` selects the CPU path (see :class:`Attention`); it stores q/k head
@@ -314,24 +268,22 @@ class LlamaModel(nn.Module):
         self.cfg = cfg
         self.fast_cpu = fast_cpu
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, fast_cpu) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, fast_cpu) for i in range(cfg.num_layers))
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         if cfg.tie_word_embeddings:
             self.lm_head = None
         else:
             self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.max_positions = max_positions
-        self.cos_sin = torch.empty(0)
-        self.rotations = torch.empty(0)
+        self.embed_scale = cfg.embed_scale
+        self.rope: dict[str, torch.Tensor] = {}
 
     def init_rope(self, device: torch.device) -> None:
         """Build the rotary tables (kept out of the state dict)."""
-        cos_sin = rope_cache(self.cfg, self.max_positions)
-        half = self.cfg.head_dim // 2
+        tables = rope_tables(self.cfg, self.max_positions)
         if self.fast_cpu:
-            self.rotations = torch.complex(cos_sin[:, :half], cos_sin[:, half:]).to(device)
-        else:
-            self.cos_sin = cos_sin.to(device)
+            tables = {k: rotations(t, self.cfg.head_dim) for k, t in tables.items()}
+        self.rope = {kind: table.to(device) for kind, table in tables.items()}
 
     def forward(
         self,
@@ -342,7 +294,11 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         """Hidden states [T, hidden] of a flat batch of tokens."""
         x = self.embed_tokens(input_ids)
-        rope = self.rotations[positions].unsqueeze(1) if self.fast_cpu else self.cos_sin
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
+        rope = self.rope
+        if self.fast_cpu:
+            rope = {kind: table[positions].unsqueeze(1) for kind, table in rope.items()}
         residual = None
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
             x, residual = layer(x, residual, positions, rope, k_cache, v_cache, meta)
@@ -350,92 +306,56 @@ class LlamaModel(nn.Module):
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[N, hidden] -> fp32 logits [N, vocab]."""
+        """[N, hidden] -> fp32 logits [N, vocab] (scaled and soft-capped as configured)."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()
+        logits = F.linear(hidden, weight).float()
+        if self.cfg.logits_multiplier != 1.0:
+            logits = logits * self.cfg.logits_multiplier
+        if self.cfg.final_softcap:
+            cap = self.cfg.final_softcap
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
-    def interleave_rotary_rows(self) -> None:
-        """Reorder q/k output rows of each head from rotate-half to interleaved pairs.
+    def prepare_loaded(self) -> None:
+        """Adjust freshly loaded weights: norm offsets, and the CPU path's q/k order."""
+        cfg = self.cfg
+        with torch.no_grad():
+            if cfg.family.norm_offset:
+                for name, param in self.named_parameters():
+                    if name == "norm" or name.endswith("norm"):
+                        param += cfg.family.norm_offset
+            if self.fast_cpu:
+                self._interleave_rotary()
+            if self.embed_scale != 1.0:  # applied in the weights' dtype, as transformers does
+                dtype = self.embed_tokens.weight.dtype
+                self.embed_scale = float(torch.tensor(self.embed_scale, dtype=dtype))
+
+    def _interleave_rotary(self) -> None:
+        """Reorder each head's q/k dims from rotate-half to interleaved pairs.
 
         Attention scores are dot products within a head, so permuting q and k the same
         way leaves them unchanged; only RoPE sees the order, and the interleaved one
-        lets it be a complex multiply.
+        lets it be a complex multiply. q/k norm weights follow the same order.
         """
         cfg = self.cfg
-        half = cfg.head_dim // 2
-        order = torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).flatten()
+        order = interleaved_order(cfg.head_dim, cfg.rotary_dim)
         heads = cfg.num_heads + cfg.num_kv_heads
         rows = (torch.arange(heads)[:, None] * cfg.head_dim + order).flatten()
-        with torch.no_grad():
-            for layer in self.layers:
-                proj = layer.self_attn.qkv_proj
-                n = rows.numel()
-                proj.weight[:n] = proj.weight[:n][rows.to(proj.weight.device)]
-                if proj.bias is not None:
-                    proj.bias[:n] = proj.bias[:n][rows.to(proj.bias.device)]
-
-    def load_weights(self, model_dir: str | Path) -> None:
-        """Load Hugging Face safetensors, fusing q/k/v and gate/up as they come in."""
-        from safetensors import safe_open
-
-        files = sorted(Path(model_dir).glob("*.safetensors"))
-        if not files:
-            raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
-        params = dict(self.named_parameters())
-        cfg = self.cfg
-        q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        inter = cfg.intermediate_size
-        # HF module name -> (our fused module, first row, rows).
-        fused = {
-            "self_attn.q_proj": ("self_attn.qkv_proj", 0, q),
-            "self_attn.k_proj": ("self_attn.qkv_proj", q, kv),
-            "self_attn.v_proj": ("self_attn.qkv_proj", q + kv, kv),
-            "mlp.gate_proj": ("mlp.gate_up_proj", 0, inter),
-            "mlp.up_proj": ("mlp.gate_up_proj", inter, inter),
-        }
-        expected = set()
-        for name in params:
-            if ".qkv_proj." in name:
-                expected |= {(name, 0), (name, q), (name, q + kv)}
-            elif ".gate_up_proj." in name:
-                expected |= {(name, 0), (name, inter)}
-            else:
-                expected.add((name, 0))
-        loaded = set()
-        with torch.no_grad():
-            for file in files:
-                with safe_open(str(file), framework="pt") as handle:
-                    for hf_name in handle.keys():  # noqa: SIM118 (not a dict)
-                        target, first, rows = _our_name(hf_name), 0, None
-                        for piece, (ours, offset, count) in fused.items():
-                            if f".{piece}." in target:
-                                target, first, rows = target.replace(piece, ours), offset, count
-                                break
-                        if target not in params:
-                            if "rotary_emb" in target or target == "lm_head.weight":
-                                continue  # recomputed / tied to the embedding
-                            raise KeyError(f"unexpected weight {hf_name} in {file.name}")
-                        dest = params[target]
-                        if rows is not None:
-                            dest = dest.narrow(0, first, rows)
-                        tensor = handle.get_tensor(hf_name)
-                        if dest.shape != tensor.shape:
-                            raise ValueError(
-                                f"{hf_name}: shape {tuple(tensor.shape)}, "
-                                f"expected {tuple(dest.shape)}"
-                            )
-                        dest.copy_(tensor)
-                        loaded.add((target, first))
-        missing = expected - loaded
-        if missing:
-            raise ValueError(f"weights missing from {model_dir}: {sorted(missing)[:5]}")
-
-
-def _our_name(hf_name: str) -> str:
-    name = hf_name.removeprefix("model.")
-    if name == "norm.weight" or name.endswith("layernorm.weight"):
-        return name.removesuffix(".weight")
-    return name
+        q_rows = rows[: cfg.num_heads * cfg.head_dim]
+        k_rows = rows[cfg.num_heads * cfg.head_dim :] - cfg.num_heads * cfg.head_dim
+        for layer in self.layers:
+            attn = layer.self_attn
+            proj = attn.qkv_proj
+            n = rows.numel()
+            proj.weight[:n] = proj.weight[:n][rows.to(proj.weight.device)]
+            if proj.bias is not None:
+                proj.bias[:n] = proj.bias[:n][rows.to(proj.bias.device)]
+            if attn.qk_norm == "head":
+                attn.q_norm.copy_(attn.q_norm[order])
+                attn.k_norm.copy_(attn.k_norm[order])
+            elif attn.qk_norm == "proj":
+                attn.q_norm.copy_(attn.q_norm[q_rows])
+                attn.k_norm.copy_(attn.k_norm[k_rows])
 
 
 def build_model(
@@ -445,7 +365,7 @@ def build_model(
     dtype: torch.dtype,
     device: torch.device,
     fast_cpu: bool | None = None,
-) -> LlamaModel:
+) -> DecoderModel:
     """Create the model without random init, load its weights and set it to eval.
 
     ``fast_cpu`` defaults to whether this is fp32 on the CPU.
@@ -453,23 +373,9 @@ def build_model(
     if fast_cpu is None:
         fast_cpu = device.type == "cpu" and dtype == torch.float32
     with torch.device("meta"):
-        model = LlamaModel(cfg, max_positions, fast_cpu).to(dtype)
+        model = DecoderModel(cfg, max_positions, fast_cpu).to(dtype)
     model = model.to_empty(device=device)
-    model.load_weights(model_dir)
-    if fast_cpu:
-        model.interleave_rotary_rows()
+    load_weights(model, cfg, model_dir)
+    model.prepare_loaded()
     model.init_rope(device)
     return model.eval().requires_grad_(False)
-
-
-def rope_cache(cfg: ModelConfig, max_positions: int) -> torch.Tensor:
-    """[max_positions, head_dim] fp32 cos|sin table, honouring HF rope scaling types."""
-    if cfg.rope_type == "default":
-        return kernels.build_cos_sin_cache(cfg.head_dim, max_positions, cfg.rope_theta)
-    from transformers import AutoConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    hf = AutoConfig.for_model(**cfg.hf_config)
-    inv_freq, factor = ROPE_INIT_FUNCTIONS[cfg.rope_type](hf, torch.device("cpu"))
-    freqs = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq.double())
-    return (torch.cat([freqs.cos(), freqs.sin()], dim=-1) * factor).float()

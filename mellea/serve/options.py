@@ -34,6 +34,7 @@ _DIRECT = {
     "repetition_penalty": "repetition_penalty",
     "parallel_tool_calls": "parallel_tool_calls",
     "ignore_eos": "ignore_eos",
+    "chat_template_kwargs": "chat_template_kwargs",
 }
 
 

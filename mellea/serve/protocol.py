@@ -122,6 +122,8 @@ class ChatCompletionRequest(BaseModel):
     min_p: float | None = Field(default=None, ge=0, le=1)
     repetition_penalty: float | None = Field(default=None, gt=0, le=10)
     ignore_eos: bool | None = None  # keep generating past end-of-sequence (benchmarks)
+    # Variables for the model's chat template, e.g. {"enable_thinking": false} (Qwen3).
+    chat_template_kwargs: dict[str, Any] | None = None
     # The mellea extension: requirements the program should check its output against.
     requirements: list[str] | None = None
 

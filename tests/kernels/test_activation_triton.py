@@ -30,3 +30,16 @@ def test_empty_batch() -> None:
     from mellea.engine.kernels.activation_triton import silu_and_mul_triton
 
     assert silu_and_mul_triton(torch.randn(0, 64)).shape == (0, 32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("inter", [96, 1536 + 5])
+def test_gelu_tanh_matches_reference(dtype: torch.dtype, inter: int) -> None:
+    from mellea.engine.kernels.activation import gelu_tanh_and_mul, gelu_tanh_and_mul_ref
+    from mellea.engine.kernels.activation_triton import gelu_tanh_and_mul_triton
+
+    x = 3 * torch.randn(3, 2 * inter, dtype=dtype)
+    ref = gelu_tanh_and_mul_ref(x)
+    torch.testing.assert_close(gelu_tanh_and_mul_triton(x), ref, **tolerance(dtype))
+    torch.testing.assert_close(gelu_tanh_and_mul(padded(x)), ref, **tolerance(dtype))
+    assert not torch.allclose(ref.float(), silu_and_mul_ref(x).float(), atol=1e-2)

@@ -24,6 +24,7 @@ def _raise(*args: object) -> None:
     [
         ("rms_norm_triton", "rms_norm_triton", lambda x: kernels.rms_norm(x, x[0], 1e-5)),
         ("activation_triton", "silu_and_mul_triton", lambda x: kernels.silu_and_mul(x)),
+        ("activation_triton", "gelu_tanh_and_mul_triton", lambda x: kernels.gelu_tanh_and_mul(x)),
         ("rotary_triton", "rotary_embedding_triton",
          lambda x: kernels.rotary_embedding(x[0].long(), x[None], x[None], x)),
         ("kv_cache_triton", "store_kv_cache_triton",

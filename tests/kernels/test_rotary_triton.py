@@ -43,3 +43,22 @@ def test_views_of_fused_qkv(dtype: torch.dtype) -> None:
     ref_q, ref_k = rotary_embedding_ref(positions, q.contiguous(), k.contiguous(), cache)
     torch.testing.assert_close(out_q, ref_q, **tolerance(dtype))
     torch.testing.assert_close(out_k, ref_k, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_partial_rotary(dtype: torch.dtype) -> None:
+    """A table for the first 48 of 64 dims (Phi's partial rotary): the rest pass through."""
+    from mellea.engine.kernels.rotary_triton import rotary_embedding_triton
+
+    cache = build_cos_sin_cache(48, 256, 10000.0)
+    positions = torch.tensor([0, 7, 255])
+    q = torch.randn(3, 4, 64, dtype=dtype)
+    k = torch.randn(3, 2, 64, dtype=dtype)
+    out_q, out_k = rotary_embedding_triton(positions, q, k, cache)
+    ref_q, ref_k = rotary_embedding_ref(positions, q, k, cache)
+    torch.testing.assert_close(out_q, ref_q, **tolerance(dtype))
+    torch.testing.assert_close(out_k, ref_k, **tolerance(dtype))
+    torch.testing.assert_close(ref_q[..., 48:], q[..., 48:], atol=0, rtol=0)
+    full_q, _ = rotary_embedding_ref(positions, q[..., :48], k[..., :48], cache)
+    torch.testing.assert_close(ref_q[..., :48], full_q, atol=0, rtol=0)
+    assert not torch.allclose(ref_q[1:, :, :48], q[1:, :, :48])

@@ -56,7 +56,8 @@ def _signature(case: Case) -> tuple[dict[str, str], dict[tuple[int, ...], list]]
 
 
 def cases() -> list[Case]:
-    """The specialisations the engine launches for a SmolLM2-like model (and head_dim 128)."""
+    """The specialisations the engine launches for a SmolLM2-like model (and head_dims 128
+    and 256, Gemma 3's)."""
     out: list[Case] = []
     for dt in ("fp16", "bf16"):
         out += [
@@ -67,7 +68,10 @@ def cases() -> list[Case]:
             Case("rotary", rotary_triton._rotary_kernel, dt,
                  {"BLOCK_HQ": 16, "BLOCK_HK": 4, "BLOCK_HALF": 32},
                  {"pos_ptr": "i64", "cache_ptr": "fp32"}),
-            Case("silu_and_mul", activation_triton._silu_and_mul_kernel, dt, {"BLOCK": 1024}),
+            Case("silu_and_mul", activation_triton._act_and_mul_kernel, dt,
+                 {"GELU": False, "BLOCK": 1024}),
+            Case("gelu_tanh_and_mul", activation_triton._act_and_mul_kernel, dt,
+                 {"GELU": True, "BLOCK": 1024}),
             Case("store_kv", kv_cache_triton._store_kv_kernel, dt, {"BLOCK": 256},
                  {"slot_ptr": "i64"}),
         ]  # fmt: skip
@@ -80,7 +84,7 @@ def cases() -> list[Case]:
     ):
         dot_ty, precision = attn.dot_config(torch_dt, interpret=False)
         flags = {"DOT_TY": dot_ty, "PRECISION": precision}
-        for head_dim in (64, 128):
+        for head_dim in (64, 128, 256):
             dec = attn.decode_config(torch_dt, head_dim, group=3)
             pre = attn.prefill_config(torch_dt, head_dim)
             out += [

@@ -22,13 +22,15 @@ def paged_attention_decode_ref(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    window: int = 0,
 ) -> torch.Tensor:
     """PyTorch reference for decode.
 
     ``q``: [B, Hq, D] (the newest token of each sequence, already in the cache);
     caches: [num_blocks, block_size, Hk, D]; ``block_tables``: [B, max_blocks] int32;
     ``context_lens``: [B] int32 (tokens in the cache, including the newest).
-    Returns [B, Hq, D]. Grouped-query attention: Hq is a multiple of Hk.
+    Returns [B, Hq, D]. Grouped-query attention: Hq is a multiple of Hk. A
+    ``window`` > 0 limits each query to the last ``window`` positions (itself included).
     """
     batch, n_heads, head_dim = q.shape
     n_kv = k_cache.shape[2]
@@ -44,6 +46,8 @@ def paged_attention_decode_ref(
     scores = torch.einsum("bkgd,btkd->bkgt", qg.float(), keys.float()) * scale
     positions = torch.arange(max_len, device=q.device)
     pad = positions[None, :] >= context_lens[:, None].long()
+    if window > 0:
+        pad |= positions[None, :] < context_lens[:, None].long() - window
     scores.masked_fill_(pad[:, None, None, :], float("-inf"))
     probs = scores.softmax(dim=-1)
     out = torch.einsum("bkgt,btkd->bkgd", probs, values.float())
@@ -58,6 +62,7 @@ def paged_attention_prefill_ref(
     cu_seqlens_q: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    window: int = 0,
 ) -> torch.Tensor:
     """PyTorch reference for (chunked) prefill over ragged sequences.
 
@@ -65,7 +70,8 @@ def paged_attention_prefill_ref(
     values already stored in the cache; ``cu_seqlens_q``: [B + 1] offsets into ``q``;
     ``context_lens``: [B] total tokens of each sequence in the cache (cached prefix +
     new). New token i of sequence b sits at position ``context_lens[b] - q_len + i``
-    and attends causally to everything up to it. Returns [T, Hq, D].
+    and attends causally to everything up to it, or to its last ``window`` positions
+    when ``window`` > 0. Returns [T, Hq, D].
     """
     n_heads = q.shape[1]
     n_kv = k_cache.shape[2]
@@ -84,6 +90,8 @@ def paged_attention_prefill_ref(
         qb = q[lo:hi].transpose(0, 1)
         offset = total - q_len
         mask = torch.ones(q_len, total, dtype=torch.bool, device=q.device).tril(offset)
+        if window > 0:
+            mask = mask.triu(offset - window + 1)
         out[lo:hi] = F.scaled_dot_product_attention(
             qb, keys.transpose(0, 1), values.transpose(0, 1), attn_mask=mask, scale=scale
         ).transpose(0, 1)
@@ -97,13 +105,15 @@ def paged_attention_decode(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    window: int = 0,
 ) -> torch.Tensor:
     """Decode attention; Triton on CUDA, reference elsewhere."""
+    args = (q, k_cache, v_cache, block_tables, context_lens, scale, window)
     if use_triton(q):
         from mellea.engine.kernels.attention_triton import paged_attention_decode_triton
 
-        return paged_attention_decode_triton(q, k_cache, v_cache, block_tables, context_lens, scale)
-    return paged_attention_decode_ref(q, k_cache, v_cache, block_tables, context_lens, scale)
+        return paged_attention_decode_triton(*args)
+    return paged_attention_decode_ref(*args)
 
 
 def paged_attention_prefill(
@@ -114,14 +124,12 @@ def paged_attention_prefill(
     cu_seqlens_q: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    window: int = 0,
 ) -> torch.Tensor:
     """Prefill attention over the paged cache; Triton on CUDA, reference elsewhere."""
+    args = (q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale, window)
     if use_triton(q):
         from mellea.engine.kernels.attention_triton import paged_attention_prefill_triton
 
-        return paged_attention_prefill_triton(
-            q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale
-        )
-    return paged_attention_prefill_ref(
-        q, k_cache, v_cache, block_tables, cu_seqlens_q, context_lens, scale
-    )
+        return paged_attention_prefill_triton(*args)
+    return paged_attention_prefill_ref(*args)

@@ -45,6 +45,8 @@ def decode_config(dtype: torch.dtype, head_dim: int, group: int) -> LaunchConfig
 def prefill_config(dtype: torch.dtype, head_dim: int) -> LaunchConfig:
     """Launch config for prefill; chosen so sm_80 compiles without register spills."""
     block_d = max(16, triton.next_power_of_2(head_dim))
+    if block_d > 128:  # Gemma 3's 256: narrower key tiles, or half precision spills
+        return LaunchConfig(block_m=32, block_n=16, block_d=block_d, num_warps=8)
     return LaunchConfig(
         block_m=32 if dtype == torch.float32 else 64,
         block_n=32,
@@ -81,8 +83,10 @@ def _online_softmax_step(s, v, m_i, l_i, acc, PRECISION: tl.constexpr):
     """Fold one tile of masked scores ``s`` (log2 scale) and its values ``v`` into the
     running max ``m_i``, denominator ``l_i`` and output ``acc``; returns all three."""
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    # A row with no visible key yet (sliding window) keeps m = -inf: shift by 0 instead.
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     return m_new, l_i, acc
@@ -111,6 +115,7 @@ def _decode_kernel(
     block_size,
     head_dim,
     qk_scale,
+    window,
     BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -132,9 +137,11 @@ def _decode_kernel(
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    for start in range(0, ctx, BLOCK_N):
+    # With a sliding window (> 0) only the last ``window`` positions are visible.
+    lo = tl.where(window > 0, tl.maximum(ctx - window, 0), 0)
+    for start in range((lo // BLOCK_N) * BLOCK_N, ctx, BLOCK_N):
         pos = start + tl.arange(0, BLOCK_N)
-        valid = pos < ctx
+        valid = (pos < ctx) & (pos >= lo)
         k = _tile_kv(
             k_cache_ptr, tables, pos, valid, dims, kv_head, block_size, head_dim,
             stride_kc_b, stride_kc_s, stride_kc_h, DOT_TY,
@@ -176,6 +183,7 @@ def _prefill_kernel(
     block_size,
     head_dim,
     qk_scale,
+    window,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -207,7 +215,9 @@ def _prefill_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     # Keys past the tile's last query position are causally masked for every row.
     hi = tl.minimum(ctx, ctx - q_len + (m_block + 1) * BLOCK_M)
-    for start in range(0, hi, BLOCK_N):
+    # With a sliding window, keys before the tile's first row's window are masked for all.
+    lo = tl.where(window > 0, tl.maximum(ctx - q_len + m_block * BLOCK_M - window + 1, 0), 0)
+    for start in range((lo // BLOCK_N) * BLOCK_N, hi, BLOCK_N):
         pos = start + tl.arange(0, BLOCK_N)
         valid = pos < ctx
         k = _tile_kv(
@@ -216,12 +226,12 @@ def _prefill_kernel(
         )  # fmt: skip
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         keep = valid[None, :] & (pos[None, :] <= q_pos[:, None])
+        keep = keep & ((pos[None, :] > q_pos[:, None] - window) | (window <= 0))
         s = tl.where(keep, s, float("-inf"))
         v = _tile_kv(
             v_cache_ptr, tables, pos, valid, dims, kv_head, block_size, head_dim,
             stride_vc_b, stride_vc_s, stride_vc_h, DOT_TY,
         )  # fmt: skip
-        # Key 0 is visible to every row, so the running max is finite from the first tile on.
         m_i, l_i, acc = _online_softmax_step(s, v, m_i, l_i, acc, PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -260,8 +270,9 @@ def _shared_args(
     out: torch.Tensor,
     group: int,
     scale: float,
+    window: int,
 ) -> tuple[int | float, ...]:
-    """The arguments both kernels take after their tensors: strides, sizes, scale."""
+    """The arguments both kernels take after their tensors: strides, sizes, scale, window."""
     return (
         *q.stride()[:2],
         *k_cache.stride()[:3],
@@ -272,6 +283,7 @@ def _shared_args(
         k_cache.shape[1],
         q.shape[-1],
         scale * _LOG2E,
+        window,
     )
 
 
@@ -295,6 +307,7 @@ def paged_attention_decode_triton(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    window: int = 0,
 ) -> torch.Tensor:
     """Triton twin of ``paged_attention_decode_ref``: ``q`` [B, Hq, D] -> [B, Hq, D].
 
@@ -318,7 +331,7 @@ def paged_attention_decode_triton(
         tables,
         lens,
         out,
-        *_shared_args(q, k_cache, v_cache, tables, out, group, scale),
+        *_shared_args(q, k_cache, v_cache, tables, out, group, scale, window),
         BLOCK_G=cfg.block_m,
         **_shared_meta(q.dtype, cfg),
     )
@@ -333,6 +346,7 @@ def paged_attention_prefill_triton(
     cu_seqlens_q: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    window: int = 0,
 ) -> torch.Tensor:
     """Triton twin of ``paged_attention_prefill_ref``: ``q`` [T, Hq, D] -> [T, Hq, D].
 
@@ -361,7 +375,7 @@ def paged_attention_prefill_triton(
         cu,
         lens,
         out,
-        *_shared_args(q, k_cache, v_cache, tables, out, group, scale),
+        *_shared_args(q, k_cache, v_cache, tables, out, group, scale, window),
         BLOCK_M=cfg.block_m,
         **_shared_meta(q.dtype, cfg),
     )

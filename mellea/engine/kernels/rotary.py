@@ -19,15 +19,20 @@ def build_cos_sin_cache(
 def rotary_embedding_ref(
     positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PyTorch reference. ``positions``: [T]; ``q``: [T, Hq, D]; ``k``: [T, Hk, D]."""
-    half = q.shape[-1] // 2
+    """PyTorch reference. ``positions``: [T]; ``q``: [T, Hq, D]; ``k``: [T, Hk, D].
+
+    A table narrower than D ([P, R]) rotates the first R dims of each head (partial
+    rotary) and passes the rest through.
+    """
+    rot = cos_sin_cache.shape[-1]
+    half = rot // 2
     cos_sin = cos_sin_cache[positions]
     cos = cos_sin[:, None, :half].to(q.dtype)
     sin = cos_sin[:, None, half:].to(q.dtype)
 
     def rotate(x: torch.Tensor) -> torch.Tensor:
-        x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+        x1, x2, rest = x[..., :half], x[..., half:rot], x[..., rot:]
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
 
     return rotate(q), rotate(k)
 

@@ -86,17 +86,21 @@ def rotary_embedding_triton(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Triton twin of ``rotary_embedding_ref``; returns new (q, k), inputs untouched.
 
-    ``positions``: [T]; ``q``: [T, Hq, D]; ``k``: [T, Hk, D]; ``cos_sin_cache``: [P, D].
-    One program per token rotates all its q and k heads.
+    ``positions``: [T]; ``q``: [T, Hq, D]; ``k``: [T, Hk, D]; ``cos_sin_cache``: [P, R],
+    R <= D (the first R dims rotate; the rest are copied). One program per token
+    rotates all its q and k heads.
     """
     n_tokens, n_q_heads, head_dim = q.shape
     n_k_heads = k.shape[1]
-    half = head_dim // 2
+    half = cos_sin_cache.shape[-1] // 2
     q_in, k_in = _unit_last(q), _unit_last(k)
     cache = _unit_last(cos_sin_cache)
     pos = positions.contiguous()
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    if 2 * half < head_dim:  # partial rotary: the kernel writes only the rotated dims
+        q_out[..., 2 * half :] = q[..., 2 * half :]
+        k_out[..., 2 * half :] = k[..., 2 * half :]
     if n_tokens > 0:
         _rotary_kernel[(n_tokens,)](
             pos,

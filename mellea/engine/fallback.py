@@ -1,0 +1,272 @@
+"""The slower path for models the fast engine does not cover: transformers' own forward.
+
+Any causal LM transformers can load (hybrid Mamba models such as Granite 4 "H", or
+an architecture without a family in :mod:`mellea.engine.families`) runs here. One
+thread steps the running requests in turn, one token each, every request with its
+own transformers cache; there is no batching and no paged KV. Tokens are picked by
+the fast engine's sampler, stop checker, detokenizer and grammar matcher, so every
+:class:`SamplingParams` option (temperature, top-p/k, seed, penalties, stop strings,
+logprobs, constrained decoding) behaves as it does there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import uuid
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mellea.engine.chat import render_chat
+from mellea.engine.config import resolve_device, resolve_dtype
+from mellea.engine.constraints import ConstraintCompiler
+from mellea.engine.detokenizer import IncrementalDetokenizer
+from mellea.engine.engine import Engine, RequestStream, _eos_ids
+from mellea.engine.sampler import build_sampling_batch, sample
+from mellea.engine.sequence import Sequence, SequenceStatus
+from mellea.engine.stops import StopChecker
+from mellea.engine.types import RequestOutput, SamplingParams
+
+log = logging.getLogger("mellea.engine")
+
+
+@dataclass
+class _Shape:
+    """What the shared request checks read (``Engine._validate``)."""
+
+    vocab_size: int
+
+
+class FallbackEngine:
+    """Serve a model with transformers' forward pass, one request step at a time.
+
+    Same public API as :class:`mellea.engine.engine.Engine` (``add_request``,
+    ``abort``, ``apply_chat_template``, ``stats``, ``shutdown``).
+    """
+
+    _validate = Engine._validate  # the same request checks and error messages
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        model_id: str,
+        dtype: str | torch.dtype | None = None,
+        device: str | None = None,
+        **_unused: Any,  # the fast engine's KV and batching settings
+    ) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = Path(path)
+        dev = resolve_device(device)
+        self.model_id = model_id
+        # The model first: when transformers does not know the architecture, that is the error.
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev))
+        self._tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model.to(dev).eval().requires_grad_(False)
+        self.device = dev
+        text_config = self.model.config.get_text_config()
+        self.model_config = _Shape(vocab_size=int(text_config.vocab_size))
+        self.max_model_len = int(getattr(text_config, "max_position_embeddings", 0) or 4096)
+        self.eos_token_ids = _eos_ids(path, self._tokenizer)
+        self._constraints = ConstraintCompiler(self._tokenizer, self.model_config.vocab_size)
+        self._cond = threading.Condition()
+        # request id -> (sequence, weak ref to its stream, transformers cache); weak, so
+        # a stream its reader dropped gets collected and aborts its request.
+        self._running: dict[str, tuple[Sequence, weakref.ref[RequestStream], Any]] = {}
+        self._deferred_aborts: collections.deque[tuple[str, Sequence]] = collections.deque()
+        self._stopping = False
+        self._steps = 0
+        self._thread = threading.Thread(target=self._run, name="mellea-fallback", daemon=True)
+        self._thread.start()
+
+    @property
+    def tokenizer(self) -> Any:
+        """The Hugging Face tokenizer."""
+        return self._tokenizer
+
+    def apply_chat_template(
+        self,
+        messages: list[dict],
+        *,
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        chat_template: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> list[int]:
+        """Render chat messages into prompt tokens (see ``Engine.apply_chat_template``)."""
+        return render_chat(
+            self._tokenizer,
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            chat_template=chat_template,
+            template_kwargs=template_kwargs,
+        )
+
+    def add_request(
+        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
+    ) -> RequestStream:
+        """Validate and enqueue a request; stream its outputs (see ``Engine.add_request``)."""
+        loop = asyncio.get_running_loop()
+        ids = self._tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        max_tokens = self._validate(ids, params)
+        request_id = request_id or uuid.uuid4().hex
+        seq = Sequence(request_id, ids, params, max_tokens)
+        if params.seed is not None:
+            seq.generator = torch.Generator().manual_seed(params.seed)
+        seq.detokenizer = IncrementalDetokenizer(self._tokenizer, ids)
+        seq.stop_checker = StopChecker(params, self.eos_token_ids, max_tokens)
+        if params.grammar is not None:
+            seq.constraint = self._constraints.matcher(params.grammar)
+        stream = RequestStream(self, seq, loop)  # type: ignore[arg-type]
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("the engine is shut down")
+            if request_id in self._running:
+                raise ValueError(f"request id {request_id!r} is already running")
+            seq.status = SequenceStatus.RUNNING
+            self._running[request_id] = (seq, weakref.ref(stream), None)
+            self._cond.notify()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request; its stream ends with "abort"."""
+        self._abort(request_id)
+
+    def _abort(self, request_id: str, only: Sequence | None = None) -> None:
+        with self._cond:
+            entry = self._running.get(request_id)
+            if entry is None or (only is not None and entry[0] is not only):
+                return
+            del self._running[request_id]
+        seq, ref, _ = entry
+        self._finish(seq, "abort")
+        stream = ref()
+        if stream is not None:
+            self._send(stream, self._output(seq, "", []))
+
+    def stats(self) -> dict:
+        """Queue counters (the fallback has no KV cache of its own)."""
+        with self._cond:
+            return {"engine": "transformers-fallback", "running": len(self._running)}
+
+    def shutdown(self) -> None:
+        """Stop the worker thread; unfinished requests end with "abort"."""
+        with self._cond:
+            if self._stopping:
+                return
+            self._stopping = True
+            self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+        for request_id in list(self._running):
+            self.abort(request_id)
+
+    # -- the worker thread ------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._stopping or self._deferred_aborts or self._running):
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                request_ids = list(self._running)
+            while self._deferred_aborts:
+                self._abort(*self._deferred_aborts.popleft())
+            for request_id in request_ids:
+                with self._cond:
+                    entry = self._running.get(request_id)
+                if entry is None:
+                    continue
+                try:
+                    self._step(*entry)
+                except Exception as exc:  # fail this request alone
+                    log.exception("fallback step failed")
+                    with self._cond:
+                        self._running.pop(request_id, None)
+                    self._finish(entry[0], "abort")
+                    stream = entry[1]()
+                    if stream is not None:
+                        self._send(stream, RuntimeError(f"generation failed: {exc!r}"))
+
+    @torch.inference_mode()
+    def _step(self, seq: Sequence, ref: weakref.ref[RequestStream], cache: Any) -> None:
+        """Run one forward for ``seq`` (its whole prompt first), sample and deliver a token."""
+        if ref() is None:  # its reader is gone
+            self._abort(seq.request_id, seq)
+            return
+        fresh = cache is None
+        ids = seq.token_ids if fresh else seq.token_ids[-1:]
+        out = self.model(
+            input_ids=torch.tensor([ids], device=self.device),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = out.logits[0, -1:, : self.model_config.vocab_size].float().cpu()
+        tokens, logprobs = sample(logits, build_sampling_batch([seq], logits.shape[-1]))
+        token = int(tokens[0])
+        self._steps += 1
+        seq.token_ids.append(token)
+        stops, detok = seq.stop_checker, seq.detokenizer
+        reason = stops.check_token(token, seq.num_output)
+        if seq.constraint is not None and not seq.constraint.accept(token) and reason is None:
+            reason = "stop"
+        entry = logprobs[0] if logprobs is not None else None
+        if reason == "stop":  # a stop token's own text (and logprobs) are not shown
+            text, hit = stops.feed(detok.flush())
+            entry = None
+        else:
+            text, hit = stops.feed(detok.step([token]))
+            if reason is not None and not hit:
+                more, hit = stops.feed(detok.flush())
+                text += more
+        if hit:
+            reason = "stop"
+        elif reason is not None:
+            text += stops.flush()
+        with self._cond:
+            if self._running.get(seq.request_id, (None,))[0] is not seq:
+                return  # aborted meanwhile
+            if reason is None:
+                self._running[seq.request_id] = (seq, ref, out.past_key_values)
+            else:
+                del self._running[seq.request_id]
+        if reason is not None:
+            self._finish(seq, reason)
+        stream = ref()
+        if stream is not None:
+            self._send(stream, self._output(seq, text, [token], [entry] if entry else []))
+
+    @staticmethod
+    def _finish(seq: Sequence, reason: str) -> None:
+        seq.finish_reason = reason  # type: ignore[assignment]
+        seq.status = SequenceStatus.FINISHED
+
+    def _output(
+        self, seq: Sequence, text: str, token_ids: list[int], logprobs: list | None = None
+    ) -> RequestOutput:
+        return RequestOutput(
+            request_id=seq.request_id,
+            text=text,
+            token_ids=token_ids,
+            prompt_tokens=seq.prompt_len,
+            completion_tokens=seq.num_output,
+            finished=seq.is_finished,
+            finish_reason=seq.finish_reason,
+            logprobs=(logprobs or []) if seq.params.logprobs is not None else None,
+        )
+
+    def _send(self, stream: RequestStream, item: RequestOutput | BaseException) -> None:
+        try:
+            stream._loop.call_soon_threadsafe(stream._put, item)
+        except RuntimeError:  # the request's loop is closed: nobody listens
+            if isinstance(item, RequestOutput) and not item.finished:
+                self._deferred_aborts.append((stream.request_id, stream._seq))
