@@ -20,6 +20,13 @@ from mellea.backends.runtime import ModelUnavailableError, Runtime, current_runt
 PROBE = Path(__file__).resolve().parents[1] / "programs" / "runtime_probe.py"
 
 
+class FakeTokenizer:
+    """Enough of a tokenizer for warm-up and token counts."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [1] * max(1, len(text.split()))
+
+
 class FakeEngine:
     """Stands in for the engine: records how it was built, answers "ok"."""
 
@@ -29,9 +36,9 @@ class FakeEngine:
         FakeEngine.built += 1
         self.path, self.kwargs = path, kwargs
         self.model_id = path
-        self.tokenizer = None
+        self.tokenizer = FakeTokenizer()
 
-    def apply_chat_template(self, messages, *, tools=None):
+    def apply_chat_template(self, messages, *, tools=None, **template_args):
         return [1, 2, 3]
 
     async def add_request(self, prompt, params, request_id=None):
