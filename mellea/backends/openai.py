@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,9 +12,11 @@ from mellea.backends.base import Backend, openai_tools
 from mellea.backends.logprobs import openai_logprobs
 from mellea.backends.model_options import ModelOption
 from mellea.core.content import CBlock, MediaBlock, openai_part, split_data_url
-from mellea.core.errors import RequestError
+from mellea.core.errors import ModelServerUnavailableError, RequestError
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
 from mellea.core.tool_call import ModelToolCall
+
+log = logging.getLogger("mellea.backends.openai")
 
 # mellea option -> the chat completions parameter it becomes
 _WIRE_NAMES = {
@@ -123,6 +126,9 @@ class OpenAIBackend(Backend):
             )
         except openai.BadRequestError as exc:
             raise RequestError(f"the model server rejected the request: {_message(exc)}") from None
+        except (openai.APIConnectionError, openai.InternalServerError) as exc:
+            log.warning("model server at %s failed: %s", self.base_url, exc)
+            raise ModelServerUnavailableError() from None
         return ModelOutputThunk.from_stream(_chunks(stream))
 
 

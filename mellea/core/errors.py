@@ -24,3 +24,20 @@ class ContextLengthExceededError(RequestError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, param="messages", code="context_length_exceeded")
+
+
+class ModelServerUnavailableError(RequestError):
+    """The model server a remote backend talks to could not be reached or failed.
+
+    The client gets a 503 (the ``openai`` client retries it); the details of the
+    failure, which name the operator's own hosts, stay in the server log.
+    """
+
+    status_code = 503
+    error_type = "service_unavailable"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the model server this program uses could not be reached or failed; try again later",
+            code="model_server_unavailable",
+        )

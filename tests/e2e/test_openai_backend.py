@@ -70,3 +70,26 @@ def test_reasoning_tokens_the_upstream_reports_pass_through(proxy):
     )
     assert reply.usage.completion_tokens == 5
     assert reply.usage.completion_tokens_details.reasoning_tokens == 4
+
+
+def test_an_unreachable_model_server_is_a_503_in_our_words():
+    from tests.server import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nobody listens there
+    messages = [{"role": "user", "content": "hi"}]
+    with serve(PROGRAMS / "proxy.py", env={"UPSTREAM_BASE_URL": dead}) as server:
+        with pytest.raises(openai.InternalServerError) as caught:
+            client(server).chat.completions.create(model="m", messages=messages)
+        assert caught.value.status_code == 503
+        error = caught.value.body
+        assert error["code"] == "model_server_unavailable"
+        assert "127.0.0.1" not in error["message"]  # the operator's hosts stay in the log
+        # Streamed, the backend's own retries outlast the first-result wait: the 200 is
+        # sent, and the failure comes as an error frame in the same words.
+        with pytest.raises(openai.APIError) as streamed:
+            for _ in client(server).chat.completions.create(
+                model="m", messages=messages, stream=True
+            ):
+                pass
+        assert streamed.value.body["code"] == "model_server_unavailable"
+        assert "failed" in server.log
