@@ -38,6 +38,7 @@ from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import CacheSalt
 from cli.serve.tracing import Tracing, new_trace, tracer_from_env
 from mellea.backends.runtime import StepHook, current_runtime
+from mellea.core.parsers import ReplyParser, get_reasoning_parser, get_tool_parser
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
 from mellea.serve.bounds import WIRE_PARAM
@@ -52,7 +53,6 @@ from mellea.serve.errors import (
     server_error_body,
 )
 from mellea.serve.options import choice_options, serve_arguments
-from mellea.serve.parsers import ReplyParser, get_reasoning_parser, get_tool_parser
 from mellea.serve.protocol import (
     ChatCompletion,
     ChatCompletionRequest,

@@ -19,9 +19,9 @@ from cli.serve.observability import ServerMetrics, StreamTimer, count_program, r
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import tenant_of
 from cli.serve.tracing import new_trace
+from mellea.core.parsers import ReplyParser
 from mellea.serve.completion import run_program
 from mellea.serve.errors import OpenAIError, as_openai_error
-from mellea.serve.parsers import ReplyParser
 from mellea.serve.responses import (
     CancelSignal,
     ResponseRun,

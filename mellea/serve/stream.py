@@ -16,12 +16,12 @@ from typing import Any, Protocol, TypeVar
 
 from sse_starlette.sse import EventSourceResponse
 
+from mellea.core.parsers import ReplyDelta, ReplyParser
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import finish_reason_of, tool_calls_of, total_usage, usage_of
 from mellea.serve.errors import StreamTimeoutError, as_openai_error
 from mellea.serve.logprobs import chat_logprobs, completion_logprobs
-from mellea.serve.parsers import ReplyDelta, ReplyParser
 from mellea.serve.program_report import event_object, other_calls, program_report, with_calls
 from mellea.serve.protocol import (
     ChatCompletionChunk,
