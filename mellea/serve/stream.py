@@ -1,4 +1,4 @@
-"""The SSE helper: the only writer of chat completion stream frames.
+"""The SSE helper: the only writer of stream frames (chat, text completions, responses).
 
 A thunk becomes: a role chunk, content chunks as the thunk streams, tool-call
 chunks, one finish chunk, a usage chunk when asked for, then ``[DONE]``. An error
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from sse_starlette.sse import EventSourceResponse
@@ -335,6 +336,18 @@ def stream_response(
     )
 
 
+async def named_events(
+    events: AsyncGenerator[dict[str, Any], None],
+) -> AsyncIterator[dict[str, str]]:
+    """Each event (a dict with a ``type``) as an SSE frame with an ``event:`` line naming it
+    and the JSON ``data:``, as the Responses API streams."""
+    try:
+        async for event in events:
+            yield {"event": event["type"], "data": _json(event)}
+    finally:
+        await events.aclose()
+
+
 def error_event(exc: Exception, completion_id: str) -> dict[str, str]:
     """The error frame for a failure after the stream started (no internals in it)."""
     error = as_openai_error(exc)
@@ -344,8 +357,6 @@ def error_event(exc: Exception, completion_id: str) -> dict[str, str]:
 
 
 def _json(body: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(body, ensure_ascii=False)
 
 
