@@ -124,5 +124,6 @@ class TextReply(Reply[Completion]):
             logprobs=self.logprobs,
             n=self.n,
             deadline=choices.deadline,
+            observer=choices.observer,
             traces=choices.traces,
         )
