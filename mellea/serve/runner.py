@@ -181,16 +181,15 @@ class RequestRunner:
             until = asyncio.FIRST_COMPLETED if events else asyncio.ALL_COMPLETED
             wait = self.limits.first_result_wait
             await asyncio.wait([*choices.tasks, *events], timeout=wait, return_when=until)
-        finally:
-            for waiter in events:
-                waiter.cancel()
-        try:
             for task in choices.tasks:
                 if task.done():
                     task.result()
         except BaseException:
             await stop(choices.tasks)
             raise
+        finally:
+            for waiter in events:
+                waiter.cancel()
 
 
 async def _whole(reply: Reply[T], choices: Choices) -> T:
@@ -230,6 +229,9 @@ async def unless_disconnected(is_disconnected: IsDisconnected, work: Awaitable[T
     watcher = asyncio.ensure_future(gone())
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()  # the request itself was cancelled (e.g. the server is stopping)
+        raise
     finally:
         watcher.cancel()
     if task.done():

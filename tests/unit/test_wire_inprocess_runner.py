@@ -92,3 +92,25 @@ async def test_a_fast_failure_before_a_stream_is_raised_and_stops_the_other_choi
         await runner.run([returns(other), fails()], Texts(stream=True), never_left)
     assert info.value.status_code == 500 and "SECRET" not in info.value.message
     assert other.is_computed() and other.finish_reason == "abort"  # closed, not left running
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_cancelled_request_stops_its_programs(stream):
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> ModelOutputThunk:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        raise AssertionError("not cancelled")
+
+    runner = RequestRunner(RunLimits(first_result_wait=10))
+    request = asyncio.ensure_future(runner.run([slow()], Texts(stream=stream), never_left))
+    await asyncio.wait_for(started.wait(), 2)
+    request.cancel()  # as when the server stops mid-request
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    await asyncio.wait_for(stopped.wait(), 2)
