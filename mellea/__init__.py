@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from mellea.backends import model_ids
-from mellea.backends.model_options import ModelOption
 from mellea.core import (
     CBlock,
     Component,
@@ -22,6 +21,7 @@ from mellea.core import (
     TemplateRepresentation,
     ValidationResult,
 )
+from mellea.core.model_options import ModelOption
 from mellea.stdlib.components import Instruction, Message, SimpleComponent
 from mellea.stdlib.components.genstub import generative
 from mellea.stdlib.context import ChatContext, SimpleContext

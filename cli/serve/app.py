@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,62 +20,39 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
 from cli.serve.describe import describe_program
-from cli.serve.disconnect import unless_disconnected as _unless_disconnected
+from cli.serve.hooks import ServerHooks
 from cli.serve.hosts import AllowedHosts, default_allowed_hosts
 from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.limits import BodyReader, WriteDeadline
-from cli.serve.observability import (
-    RequestContext,
-    ServerMetrics,
-    StreamTimer,
-    count_program,
-    record_usage,
-)
+from cli.serve.observability import RequestContext, ServerMetrics
 from cli.serve.program import Program
 from cli.serve.reload import watch_program
 from cli.serve.responses_routes import add_responses_routes
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import CacheSalt
-from cli.serve.tracing import Tracing, new_trace, tracer_from_env
+from cli.serve.tracing import Tracing, tracer_from_env
 from mellea.backends.runtime import StepHook, current_runtime
-from mellea.core.thunk import ModelOutputThunk
-from mellea.core.trace import ProgramTrace
+from mellea.core.parsers import ReplyParser, get_reasoning_parser, get_tool_parser
 from mellea.serve.bounds import WIRE_PARAM
-from mellea.serve.completion import chat_completion, run_program
 from mellea.serve.errors import (
     ERROR_TYPES,
     OpenAIError,
-    StreamTimeoutError,
-    as_openai_error,
     error_body,
     param_path,
     server_error_body,
 )
 from mellea.serve.options import choice_options, serve_arguments
-from mellea.serve.parsers import ReplyParser, get_reasoning_parser, get_tool_parser
 from mellea.serve.protocol import (
     ChatCompletion,
     ChatCompletionRequest,
     ModelCard,
     ModelList,
-    new_completion_id,
 )
-from mellea.serve.stream import (
-    before,
-    chat_completion_events,
-    stream_response,
-    text_completion_events,
-)
-from mellea.serve.text_completion import (
-    Completion,
-    CompletionRequest,
-    completion_options,
-    new_text_completion_id,
-    text_completion,
-)
+from mellea.serve.replies import ChatReply, TextReply
+from mellea.serve.runner import RequestRunner, RunLimits
+from mellea.serve.text_completion import Completion, CompletionRequest, completion_options
 
 log = logging.getLogger("mellea.serve")
-T = TypeVar("T")
 
 
 def build_app(
@@ -196,23 +173,8 @@ def create_app(
         max_calls = 1 if body.parallel_tool_calls is False else None
         return ReplyParser(reasoning, tools, max_calls) if reasoning or tools else None
 
-    add_responses_routes(app, settings, metrics, reply_parser)
-
-    async def non_streamed(request: Request, work: Awaitable[Any]) -> Any:
-        """Await a non-streamed reply and count its tokens; ``499`` if the client left."""
-        completion = await _unless_disconnected(request, work)
-        if completion is None:
-            return Response(status_code=499)  # only the access log sees it
-        record_usage(metrics, completion.usage)
-        return completion
-
-    def streamed(events: AsyncIterator[dict[str, str]]) -> Response:
-        """An SSE reply with this server's keep-alive and shutdown settings."""
-        return stream_response(
-            events,
-            keepalive_seconds=settings.keepalive_seconds,
-            shutdown_grace=settings.shutdown_grace,
-        )
+    runner = RequestRunner(run_limits(settings), ServerHooks(metrics, model_name))
+    add_responses_routes(app, settings, runner, reply_parser)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -262,161 +224,37 @@ def create_app(
     ) -> ChatCompletion | Response:
         """Run the program on a chat request (once per choice); stream the reply when asked to."""
         started = time.monotonic()
-        deadline = started + settings.request_timeout if settings.request_timeout else None
         # Off the loop: turning a large response_format schema into a model takes a while.
         args = await asyncio.to_thread(serve_arguments, body)
-        completion_id, created = new_completion_id(), int(time.time())
         per_choice = choice_options(args.model_options, body.n or 1)
-        traces = [new_trace(_wants_events(body), model_name) for _ in per_choice]
-        running = [
-            asyncio.ensure_future(
-                run_program(app.state.program.call(replace(args, model_options=o)), trace)
-            )
-            for o, trace in zip(per_choice, traces, strict=True)
-        ]
-        for task, trace in zip(running, traces, strict=True):
-            count_program(metrics, task, trace)
-        parsers = [reply_parser(body) for _ in running]
-        logprobs = bool(body.logprobs)
-        if not body.stream:
-            work = _whole_reply(
-                running,
-                deadline,
-                lambda thunks: chat_completion(
-                    thunks,
-                    parsers,
-                    completion_id=completion_id,
-                    created=created,
-                    model=model_name,
-                    logprobs=logprobs,
-                    traces=traces,
-                ),
-            )
-            return await non_streamed(request, work)
-        await _first_results(running, settings.first_result_wait, traces)
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = chat_completion_events(
-            [task.result() if task.done() else task for task in running],
-            parsers,
-            completion_id=completion_id,
-            created=created,
-            model=model_name,
-            include_usage=include_usage,
-            logprobs=logprobs,
-            deadline=deadline,
-            observer=StreamTimer(metrics, started),
-            traces=traces,
-        )
-        return streamed(events)
+        reply = ChatReply(body, [reply_parser(body) for _ in per_choice], model_name)
+        program: Program = app.state.program
+        calls = [program.call(replace(args, model_options=o)) for o in per_choice]
+        return await runner.run(calls, reply, request.is_disconnected, started)
 
     @app.post("/v1/completions", response_model=None)
     async def completions(body: CompletionRequest, request: Request) -> Completion | Response:
         """Complete one or more text prompts (legacy completions API), ``n`` choices each."""
         started = time.monotonic()
-        deadline = started + settings.request_timeout if settings.request_timeout else None
-        options = completion_options(body)
-        n = body.n or 1
+        options, n = completion_options(body), body.n or 1
         prompts = [prompt for prompt in body.prompts() for _ in range(n)]
         per_choice = choice_options(options, n) * (len(prompts) // n)
-        completion_id, created = new_text_completion_id(), int(time.time())
-        traces = [new_trace(_wants_events(body), model_name) for _ in prompts]
-        running = [
-            asyncio.ensure_future(run_program(app.state.program.complete(p, o), trace))
-            for p, o, trace in zip(prompts, per_choice, traces, strict=True)
-        ]
-        for task, trace in zip(running, traces, strict=True):
-            count_program(metrics, task, trace)
-        logprobs = body.logprobs is not None
-        if not body.stream:
-            whole = _whole_reply(
-                running,
-                deadline,
-                lambda thunks: text_completion(
-                    thunks,
-                    prompts,
-                    completion_id=completion_id,
-                    created=created,
-                    model=model_name,
-                    echo=bool(body.echo),
-                    logprobs=logprobs,
-                    n=n,
-                    traces=traces,
-                ),
-            )
-            return await non_streamed(request, whole)
-        await _first_results(running, settings.first_result_wait, traces)
-        events = text_completion_events(
-            list(running),
-            prompts,
-            completion_id=completion_id,
-            created=created,
-            model=model_name,
-            include_usage=bool(body.stream_options and body.stream_options.include_usage),
-            echo=bool(body.echo),
-            logprobs=logprobs,
-            n=n,
-            deadline=deadline,
-            traces=traces,
-        )
-        return streamed(events)
+        reply = TextReply(body, prompts, n, model_name)
+        program: Program = app.state.program
+        calls = [program.complete(p, o) for p, o in zip(prompts, per_choice, strict=True)]
+        return await runner.run(calls, reply, request.is_disconnected, started)
 
     return app
 
 
-def _wants_events(body: ChatCompletionRequest | CompletionRequest) -> bool:
-    """Whether a streamed request asked for the program's live events."""
-    options = body.stream_options
-    return bool(body.stream and options and options.include_program_events)
-
-
-async def _first_results(
-    running: list[asyncio.Future[ModelOutputThunk]],
-    wait: float,
-    traces: list[ProgramTrace] | None = None,
-) -> None:
-    """Give the program a moment: if a call fails fast, the client gets a real status.
-
-    When the client follows the program's progress, its first event ends the wait.
-    """
-    started = [asyncio.ensure_future(t.first_event.wait()) for t in traces or [] if t.first_event]
-    try:
-        until = asyncio.FIRST_COMPLETED if started else asyncio.ALL_COMPLETED
-        await asyncio.wait([*running, *started], timeout=wait, return_when=until)
-    finally:
-        for waiter in started:
-            waiter.cancel()
-    for task in running:
-        if task.done():
-            task.result()
-
-
-async def _whole_reply(
-    running: list[asyncio.Future[ModelOutputThunk]],
-    deadline: float | None,
-    build: Callable[[list[ModelOutputThunk]], Awaitable[T]],
-) -> T:
-    """A non-streamed reply: await every choice's program call, then ``build`` the reply
-    from their thunks. Past the deadline the generation is cancelled (504)."""
-    thunks: list[ModelOutputThunk] = []
-    try:
-        for task in running:
-            thunks.append(await before(deadline, task))
-        return await before(deadline, build(thunks))
-    except StreamTimeoutError:
-        raise as_openai_error(StreamTimeoutError()) from None
-    except Exception as exc:
-        raise as_openai_error(exc) from None
-    finally:
-        await _stop(running, thunks)
-
-
-async def _stop(running: list[asyncio.Future[ModelOutputThunk]], thunks: list[Any]) -> None:
-    """Cancel program calls still running and close thunks still generating."""
-    for task in running:
-        task.cancel()
-    for thunk in thunks:
-        if not thunk.is_computed():
-            await thunk.aclose()
+def run_limits(settings: ServeSettings) -> RunLimits:
+    """The settings the request runner applies to every request."""
+    return RunLimits(
+        request_timeout=settings.request_timeout,
+        first_result_wait=settings.first_result_wait,
+        keepalive_seconds=settings.keepalive_seconds,
+        shutdown_grace=settings.shutdown_grace,
+    )
 
 
 def _install_error_handlers(app: FastAPI) -> None:

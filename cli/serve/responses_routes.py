@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from asyncio import FIRST_COMPLETED
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from cli.serve.disconnect import unless_disconnected
-from cli.serve.observability import ServerMetrics, StreamTimer, count_program, record_usage
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import tenant_of
-from cli.serve.tracing import new_trace
-from mellea.serve.completion import run_program
-from mellea.serve.errors import OpenAIError, as_openai_error
-from mellea.serve.parsers import ReplyParser
+from mellea.core.parsers import ReplyParser
+from mellea.serve.errors import OpenAIError
 from mellea.serve.responses import (
     CancelSignal,
-    ResponseRun,
     ResponsesRequest,
     ResponseStore,
     StoredResponse,
@@ -34,8 +27,9 @@ from mellea.serve.responses import (
     replay_events,
     serve_arguments,
 )
-from mellea.serve.responses.arguments import naming_input
-from mellea.serve.stream import StreamObserver, stream_response
+from mellea.serve.responses.reply import ResponsesReply
+from mellea.serve.runner import RequestRunner
+from mellea.serve.stream import named_events, stream_response
 
 log = logging.getLogger("mellea.serve")
 
@@ -47,10 +41,10 @@ REPLAY_POLL_SECONDS = 0.25
 def add_responses_routes(
     app: FastAPI,
     settings: ServeSettings,
-    metrics: ServerMetrics,
+    runner: RequestRunner,
     reply_parser: Callable[[Any], ReplyParser | None],
 ) -> None:
-    """Serve the Responses API on ``app`` (it runs ``app.state.program``).
+    """Serve the Responses API on ``app`` (it runs ``app.state.program`` through ``runner``).
 
     ``reply_parser(request)`` gives fresh parsers for one reply (it reads ``tools`` and
     ``tool_choice``). Responses are kept, within the count, age and size bounds of the
@@ -69,10 +63,11 @@ def add_responses_routes(
     model_name = settings.served_model_name
 
     @app.post("/v1/responses", response_model=None)
-    async def create_response(body: ResponsesRequest, request: Request) -> Response:
+    async def create_response(
+        body: ResponsesRequest, request: Request
+    ) -> dict[str, Any] | Response:
         """Run the program on a Responses request; stream the events when asked to."""
         started = time.monotonic()
-        deadline = started + settings.request_timeout if settings.request_timeout else None
         owner = tenant_of(request.scope)
         tools = check_request(body)
         history = _history(store, body.previous_response_id, owner)
@@ -82,45 +77,11 @@ def add_responses_routes(
         response = new_response(body, tools, model_name)
         record = StoredResponse(response.wire(), items, history) if body.stores else None
         state = _Running(CancelSignal(_cancel_check(store, response.id, record)))
-        live = bool(body.stream and (body.stream_options or {}).get("include_program_events"))
-        trace = new_trace(live, model_name)
-        task = asyncio.ensure_future(naming_input(run_program(app.state.program.call(args), trace)))
-        count_program(metrics, task, trace)
-
-        def run(source: Any, observer: StreamObserver) -> ResponseRun:
-            return ResponseRun(
-                source,
-                response,
-                _Sink(store, record, running, state, owner),
-                parser=reply_parser(body),
-                deadline=deadline,
-                cancel=state.signal if record is not None else None,  # unstored: 404 on cancel
-                observer=observer,
-                logprobs=body.wants_logprobs,
-                trace=trace,
-            )
-
-        if not body.stream:
-            whole = run(task, _UsageRecorder(metrics))
-            if not await unless_disconnected(request, _drain(whole)):
-                return Response(status_code=499)  # the client left; only the access log sees it
-            if whole.failure is not None:
-                raise as_openai_error(whole.failure)
-            return JSONResponse(whole.final)
-        # Give the program a moment: if it fails fast, the client gets a real status.
-        # Following the program's progress, its first event ends the wait.
-        event = asyncio.ensure_future(trace.first_event.wait()) if trace.first_event else None
-        waits = {task, event} if event else {task}
-        await asyncio.wait(waits, timeout=settings.first_result_wait, return_when=FIRST_COMPLETED)
-        if event is not None:
-            event.cancel()
-        done = task.done()
-        streamed = run(task.result() if done else task, StreamTimer(metrics, started))
-        return stream_response(
-            _sse(streamed.events()),
-            keepalive_seconds=settings.keepalive_seconds,
-            shutdown_grace=settings.shutdown_grace,
-        )
+        sink = _Sink(store, record, running, state, owner)
+        cancel = state.signal if record is not None else None  # unstored: 404 on cancel
+        reply = ResponsesReply(body, response, sink, reply_parser(body), cancel)
+        calls = [app.state.program.call(args)]
+        return await runner.run(calls, reply, request.is_disconnected, started)
 
     @app.get("/v1/responses/{response_id}", response_model=None)
     async def retrieve_response(
@@ -138,7 +99,7 @@ def add_responses_routes(
         if not stream:
             return JSONResponse(stored.response)
         return stream_response(
-            _sse(_replayed(response_id, starting_after)),
+            named_events(_replayed(response_id, starting_after)),
             keepalive_seconds=settings.keepalive_seconds,
             shutdown_grace=settings.shutdown_grace,
         )
@@ -220,13 +181,6 @@ def add_responses_routes(
         return JSONResponse(stored.response if stored is not None else response)
 
 
-async def _drain(run: ResponseRun) -> bool:
-    """Run a non-streamed response to its end (cancelled, its run ends ``cancelled``)."""
-    async for _ in run.events():
-        pass
-    return True
-
-
 @dataclass
 class _Running:
     """A response being generated in this process: how to cancel it, and when it ended."""
@@ -259,20 +213,6 @@ class _Sink:
         if self.record is None:
             return response
         return self.store.finish(response) or response
-
-
-class _UsageRecorder:
-    """The observer of a non-streamed run: only the token counts matter."""
-
-    def __init__(self, metrics: ServerMetrics) -> None:
-        self.metrics = metrics
-
-    def on_content(self) -> None:
-        """Nothing to time without a stream."""
-
-    def on_finish(self, usage: Any) -> None:
-        """Count the reply's tokens."""
-        record_usage(self.metrics, usage)
 
 
 def _history(store: ResponseStore, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
@@ -315,12 +255,3 @@ def _stored(store: ResponseStore, response_id: str, owner: str) -> StoredRespons
 
 def _not_found(response_id: str) -> OpenAIError:
     return OpenAIError(404, f"no response with id {response_id!r}", param="response_id")
-
-
-async def _sse(events: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[dict[str, str]]:
-    """Each event as an SSE frame with both an ``event:`` line and the JSON ``data:``."""
-    try:
-        async for event in events:
-            yield {"event": event["type"], "data": json.dumps(event, ensure_ascii=False)}
-    finally:
-        await events.aclose()

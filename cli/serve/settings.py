@@ -95,7 +95,7 @@ class SettingsError(ValueError):
 
 def check_settings(settings: ServeSettings) -> None:
     """Fail at start-up, not on the first request, for settings that cannot work."""
-    from mellea.serve.parsers import get_reasoning_parser, get_tool_parser
+    from mellea.core.parsers import get_reasoning_parser, get_tool_parser
 
     if settings.kv_cache_memory:
         from mellea.backends.runtime import parse_memory

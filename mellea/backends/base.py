@@ -1,38 +1,15 @@
-"""The interface every backend implements."""
+"""The backend interface (from :mod:`mellea.core.backend`) and helpers the backends share."""
 
 from __future__ import annotations
 
 import inspect
 import json
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from mellea.core.thunk import ModelOutputThunk
+from mellea.core.backend import Backend
 
-
-class Backend(ABC):
-    """Turns chat messages into a streaming :class:`ModelOutputThunk`."""
-
-    model_id: str
-
-    def __init__(self, model_options: dict[str, Any] | None = None) -> None:
-        self.model_options: dict[str, Any] = dict(model_options or {})
-
-    @abstractmethod
-    async def generate(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        model_options: dict[str, Any] | None = None,
-        format: type | None = None,
-        tool_calls: bool = False,
-    ) -> ModelOutputThunk:
-        """Start generating a reply to ``messages`` and return its uncomputed thunk.
-
-        Errors the client caused (e.g. a prompt too long) are raised here, before
-        any output, as :class:`mellea.core.RequestError`.
-        """
+__all__ = ["Backend", "function_tool", "openai_tools", "schema_hint"]
 
 
 def schema_hint(format: type) -> str:

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 from mellea.backends.base import Backend, openai_tools, schema_hint
 from mellea.backends.cache_salt import current_cache_salt
 from mellea.backends.logprobs import TokenTexts, engine_logprobs, token_texts
-from mellea.backends.model_options import ModelOption
 from mellea.backends.runtime import Runtime, current_runtime, model_name
 from mellea.backends.tool_parsing import lift_tool_calls, tool_functions, tool_parser_name
 from mellea.core.errors import ContextLengthExceededError, RequestError
+from mellea.core.model_options import ModelOption
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ from typing import Any
 
 from mellea.backends.base import Backend, openai_tools
 from mellea.backends.logprobs import openai_logprobs
-from mellea.backends.model_options import ModelOption
 from mellea.core.content import CBlock, MediaBlock, openai_part, split_data_url
 from mellea.core.errors import ModelServerUnavailableError, RequestError
+from mellea.core.model_options import ModelOption
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
 from mellea.core.tool_call import ModelToolCall
 

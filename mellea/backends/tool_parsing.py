@@ -1,8 +1,8 @@
 """Tool calls a model writes into its text, lifted onto the thunk (``tool_calls=True``).
 
 The local model writes calls as text in its own format (``<tool_call>{...}</tool_call>``
-for hermes); the parsers that read them live with the wire protocol in
-``mellea.serve.parsers``, a leaf package with no other mellea imports.
+for hermes); the parsers that read them are the ones the wire protocol uses for replies,
+in ``mellea.core.parsers``, below both.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from mellea.core.parsers import get_tool_parser
 from mellea.core.thunk import GenerationChunk
 from mellea.core.tool_call import ModelToolCall
 
@@ -47,8 +48,6 @@ async def lift_tool_calls(
 
     Content streams as it arrives; only text that might still become a call is held back.
     """
-    from mellea.serve.parsers import get_tool_parser
-
     parser = get_tool_parser(parser_name)
     found = []  # each delta the parser gives holds one complete call
     async for chunk in chunks:

@@ -73,7 +73,7 @@ def _sync_caller(func: Callable[..., Any]) -> Callable[..., Any]:
             asyncio.get_running_loop()
         except RuntimeError:
             return asyncio.run(func(*args, **kwargs))
-        from mellea.stdlib._sync import run_sync
+        from mellea.core._sync import run_sync
 
         return run_sync(func(*args, **kwargs))
 

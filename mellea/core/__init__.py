@@ -1,6 +1,7 @@
 """Core types a program works with: thunks, requirements, sampling results, tool calls,
 image and audio blocks, and upstream's content blocks, components and contexts."""
 
+from mellea.core.backend import Backend
 from mellea.core.base import (
     AbstractMelleaTool,
     BaseModelSubclass,
@@ -31,12 +32,8 @@ from mellea.core.utils import MelleaLogger
 
 
 def __getattr__(name: str) -> object:
-    # Upstream exports these from mellea.core; they live in higher layers here, so
-    # they load on first use (keeps the import graph pointing down).
-    if name == "Backend":
-        from mellea.backends.base import Backend
-
-        return Backend
+    # Upstream exports this from mellea.core; it lives in the library layer here, so
+    # it loads on first use (keeps the import graph pointing down).
     if name == "SamplingStrategy":
         from mellea.stdlib.sampling import SamplingStrategy
 
@@ -48,6 +45,7 @@ __all__ = [
     "AbstractMelleaTool",
     "AudioBlock",
     "AudioUrlBlock",
+    "Backend",
     "BaseModelSubclass",
     "CBlock",
     "Component",

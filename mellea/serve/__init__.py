@@ -1,4 +1,4 @@
-"""The OpenAI wire protocol, framework-free: models, option mapping, the SSE helper."""
+"""The OpenAI wire protocol, framework-free: models, option mapping, the request runner, SSE."""
 
 from mellea.serve.messages import (
     ChatMessage,

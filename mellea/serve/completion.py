@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
+from mellea.core.parsers import ReplyParser
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace, recording
 from mellea.serve.errors import as_openai_error
 from mellea.serve.logprobs import chat_logprobs
-from mellea.serve.parsers import ReplyParser
 from mellea.serve.program_report import other_calls, program_report, with_calls
 from mellea.serve.protocol import (
     AssistantMessage,

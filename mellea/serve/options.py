@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from mellea.backends.model_options import ModelOption
+from mellea.core.model_options import ModelOption
 from mellea.serve.bounds import (
     check_logit_bias,
     check_metadata,

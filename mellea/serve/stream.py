@@ -1,4 +1,4 @@
-"""The SSE helper: the only writer of chat completion stream frames.
+"""The SSE helper: the only writer of stream frames (chat, text completions, responses).
 
 A thunk becomes: a role chunk, content chunks as the thunk streams, tool-call
 chunks, one finish chunk, a usage chunk when asked for, then ``[DONE]``. An error
@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from sse_starlette.sse import EventSourceResponse
 
+from mellea.core.parsers import ReplyDelta, ReplyParser
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import finish_reason_of, tool_calls_of, total_usage, usage_of
 from mellea.serve.errors import StreamTimeoutError, as_openai_error
 from mellea.serve.logprobs import chat_logprobs, completion_logprobs
-from mellea.serve.parsers import ReplyDelta, ReplyParser
 from mellea.serve.program_report import event_object, other_calls, program_report, with_calls
 from mellea.serve.protocol import (
     ChatCompletionChunk,
@@ -64,30 +65,105 @@ ThunkSource = ModelOutputThunk | Awaitable[ModelOutputThunk]
 ProgramEvent = dict[str, Any]  # a live program event, sent as an extension chunk
 
 
-async def program_events(
-    trace: ProgramTrace | None, source: ThunkSource, index: int, deadline: float | None
-) -> AsyncIterator[ProgramEvent]:
-    """The live events of choice ``index``'s program until it returns (and those queued)."""
-    if trace is None or not trace.live:
-        return
-    work = asyncio.ensure_future(source) if inspect.isawaitable(source) else None
-    events = trace.events_while(work)
-    try:
+class ChoiceReader:
+    """Reads one choice of a stream: its program's live events while the program runs,
+    then its thunk's text as it arrives. :meth:`close` closes a thunk still generating
+    (which stops its generation) when the stream ends early."""
+
+    def __init__(
+        self,
+        source: ThunkSource,
+        index: int,
+        deadline: float | None,
+        trace: ProgramTrace | None = None,
+    ) -> None:
+        """A reader of ``source`` (the thunk, or the program call still running)."""
+        self.source = source
+        self.index = index
+        self.deadline = deadline
+        self.trace = trace
+        self.thunk: ModelOutputThunk | None = None
+
+    @property
+    def live(self) -> bool:
+        """Whether the client follows this choice's program events."""
+        return self.trace is not None and self.trace.live
+
+    async def program_events(self) -> AsyncIterator[ProgramEvent]:
+        """The live program events (as ``mellea`` objects) until the program returns."""
+        if self.trace is None or not self.live:
+            return
+        source = self.source
+        work = asyncio.ensure_future(source) if inspect.isawaitable(source) else None
+        self.source = work if work is not None else source
+        events = self.trace.events_while(work)
+        try:
+            while True:
+                try:
+                    event = await before(self.deadline, anext(events))
+                except StopAsyncIteration:
+                    return
+                yield event_object(event, self.index)
+        finally:
+            await events.aclose()
+            if work is not None and not work.done():
+                work.cancel()  # the client left or the deadline passed: the reply is not wanted
+
+    async def start(self) -> ModelOutputThunk:
+        """The choice's thunk, once its program has returned."""
+        source = self.source
+        self.thunk = await before(self.deadline, source) if inspect.isawaitable(source) else source
+        return self.thunk
+
+    async def texts(self) -> AsyncIterator[str]:
+        """The thunk's text as it is generated (after :meth:`start`)."""
+        assert self.thunk is not None
+        reader = ThunkReader(self.thunk)
         while True:
-            try:
-                event = await before(deadline, anext(events))
-            except StopAsyncIteration:
+            text = await before(self.deadline, reader.next())
+            if text:
+                yield text
+            elif self.thunk.is_computed():
                 return
-            yield event_object(event, index)
-    finally:
-        await events.aclose()
-        if work is not None and not work.done():
-            work.cancel()  # the client left or the deadline passed: the reply is not wanted
+
+    def program_done(self) -> ProgramEvent:
+        """The last program event of a live choice: its whole report, as a whole reply has it."""
+        assert self.thunk is not None
+        report = program_report(self.trace, self.thunk) or {}
+        return event_object({"type": "program.done", **report}, self.index)
+
+    async def close(self) -> None:
+        """Close the thunk if it is still generating."""
+        if self.thunk is not None and not self.thunk.is_computed():
+            await asyncio.shield(self.thunk.aclose())
 
 
-def program_done(trace: ProgramTrace | None, thunk: ModelOutputThunk, index: int) -> ProgramEvent:
-    """The last program event of a choice: its whole report, as a non-streamed reply has it."""
-    return event_object({"type": "program.done", **(program_report(trace, thunk) or {})}, index)
+class Tally:
+    """Each choice's usage and its program's other model calls, summed for the last chunk.
+
+    Choices come ``n`` per prompt: a prompt's tokens count once.
+    """
+
+    def __init__(self, count: int, n: int, observer: StreamObserver | None = None) -> None:
+        """A tally of ``count`` choices; ``observer`` hears the total."""
+        self.usages: list[Usage | None] = [None] * count
+        self.calls: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+        self.n = n
+        self.observer = observer
+
+    def add(self, reader: ChoiceReader, usage: Usage | None) -> None:
+        """A choice finished with ``usage``."""
+        assert reader.thunk is not None
+        self.usages[reader.index] = usage
+        self.calls[reader.index] = other_calls(reader.trace, reader.thunk)
+
+    def total(self) -> Usage | None:
+        """The whole reply's usage (told to the observer)."""
+        usage = total_usage(self.usages, self.n)
+        usage = with_calls(usage, [call for run in self.calls for call in run])
+        if self.observer is not None:
+            self.observer.on_finish(usage)
+        return usage
 
 
 def chat_completion_events(
@@ -120,8 +196,7 @@ def chat_completion_events(
     programs; a live trace's events go out as extension chunks (``choices: []`` and a
     ``mellea`` object) while its program runs, and its report as a last one.
     """
-    usages: list[Usage | None] = [None] * len(sources)
-    calls: list[list[dict[str, Any]]] = [[] for _ in sources]  # each program's other calls
+    tally = Tally(len(sources), n=len(sources), observer=observer)  # one prompt, n choices
 
     def frame(
         choice: ChunkChoice | ProgramEvent | None, usage: Usage | None = None
@@ -139,47 +214,35 @@ def chat_completion_events(
 
     streams = [
         _chat_choice_chunks(
-            index,
-            source,
+            ChoiceReader(source, index, deadline, traces[index] if traces else None),
             parser,
-            usages,
-            calls,
+            tally,
             logprobs=logprobs,
-            deadline=deadline,
             observer=observer,
-            trace=traces[index] if traces else None,
         )
         for index, (source, parser) in enumerate(zip(sources, parsers, strict=True))
     ]
 
     def ending() -> list[dict[str, str]]:
-        usage = total_usage(usages, n=len(usages))  # one prompt, n choices
-        usage = with_calls(usage, [call for run in calls for call in run])
-        if observer is not None:
-            observer.on_finish(usage)
+        usage = tally.total()
         return [frame(None, usage=usage or Usage())] if include_usage else []
 
     return _framed(streams, frame, ending, completion_id)
 
 
 async def _chat_choice_chunks(
-    index: int,
-    source: ThunkSource,
+    reader: ChoiceReader,
     parser: ReplyParser | None,
-    usages: list[Usage | None],
-    calls: list[list[dict[str, Any]]],
+    tally: Tally,
     *,
     logprobs: bool,
-    deadline: float | None,
     observer: StreamObserver | None,
-    trace: ProgramTrace | None = None,
 ) -> AsyncIterator[ChunkChoice | ProgramEvent]:
-    """One choice's stream chunks: role, deltas, tool calls, finish; its usage into ``usages``
-    (its program's other calls into ``calls``).
+    """One choice's stream chunks: role, deltas, tool calls, finish; its usage into ``tally``.
 
-    A live ``trace``'s program events come first, as the program runs.
+    A live program's events come first, as the program runs.
     """
-    thunk: ModelOutputThunk | None = None
+    index = reader.index
     calls_sent = 0
     reasoning: list[str] = []
     logprobs_sent = 0
@@ -187,6 +250,7 @@ async def _chat_choice_chunks(
     def choice(delta: Delta, finish: Any = None) -> ChunkChoice:
         nonlocal logprobs_sent
         entries = None
+        thunk = reader.thunk
         if logprobs and thunk is not None:
             entries = chat_logprobs((thunk.logprobs or [])[logprobs_sent:])
             logprobs_sent = len(thunk.logprobs or [])
@@ -217,39 +281,30 @@ async def _chat_choice_chunks(
             yield from call_chunks(call.id, call.name or "", call.arguments or "")
 
     try:
-        if trace is not None and trace.live:
-            source = asyncio.ensure_future(source) if inspect.isawaitable(source) else source
-            async for event in program_events(trace, source, index, deadline):
-                yield event
-        thunk = await before(deadline, source) if inspect.isawaitable(source) else source
+        async for event in reader.program_events():
+            yield event
+        thunk = await reader.start()
         yield ChunkChoice(index=index, delta=Delta(role="assistant", content=""))
-        reader = ThunkReader(thunk)
-        while True:
-            text = await before(deadline, reader.next())
-            if text:
-                if observer is not None:
-                    observer.on_content()
-                if parser is None:
-                    yield choice(Delta(content=text))
-                else:
-                    for item in reply_chunks(parser.feed(text)):
-                        yield item
-            elif thunk.is_computed():
-                break
+        async for text in reader.texts():
+            if observer is not None:
+                observer.on_content()
+            if parser is None:
+                yield choice(Delta(content=text))
+            else:
+                for item in reply_chunks(parser.feed(text)):
+                    yield item
         if parser is not None:
             for item in reply_chunks(parser.finish()):
                 yield item
         for call in tool_calls_of(thunk) or []:
             for item in call_chunks(call.id, call.function.name, call.function.arguments):
                 yield item
-        if trace is not None and trace.live:
-            yield program_done(trace, thunk, index)
+        if reader.live:
+            yield reader.program_done()
         yield choice(Delta(), finish="tool_calls" if calls_sent else finish_reason_of(thunk))
-        usages[index] = usage_of(thunk, "".join(reasoning))
-        calls[index] = other_calls(trace, thunk)
+        tally.add(reader, usage_of(thunk, "".join(reasoning)))
     finally:
-        if thunk is not None and not thunk.is_computed():
-            await asyncio.shield(thunk.aclose())
+        await reader.close()
 
 
 async def _framed(
@@ -335,6 +390,18 @@ def stream_response(
     )
 
 
+async def named_events(
+    events: AsyncGenerator[dict[str, Any], None],
+) -> AsyncIterator[dict[str, str]]:
+    """Each event (a dict with a ``type``) as an SSE frame with an ``event:`` line naming it
+    and the JSON ``data:``, as the Responses API streams."""
+    try:
+        async for event in events:
+            yield {"event": event["type"], "data": _json(event)}
+    finally:
+        await events.aclose()
+
+
 def error_event(exc: Exception, completion_id: str) -> dict[str, str]:
     """The error frame for a failure after the stream started (no internals in it)."""
     error = as_openai_error(exc)
@@ -344,8 +411,6 @@ def error_event(exc: Exception, completion_id: str) -> dict[str, str]:
 
 
 def _json(body: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(body, ensure_ascii=False)
 
 
@@ -361,6 +426,7 @@ def text_completion_events(
     logprobs: bool = False,
     n: int = 1,
     deadline: float | None = None,
+    observer: StreamObserver | None = None,
     traces: list[ProgramTrace] | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """SSE events for a streamed ``/v1/completions`` reply.
@@ -371,8 +437,7 @@ def text_completion_events(
     """
     from mellea.serve.text_completion import Completion, CompletionChoice
 
-    usages: list[Usage | None] = [None] * len(sources)
-    calls: list[list[dict[str, Any]]] = [[] for _ in sources]  # each program's other calls
+    tally = Tally(len(sources), n, observer)
 
     def frame(choices: list[CompletionChoice], usage: Usage | None = None) -> dict[str, str]:
         body = Completion(id=completion_id, created=created, model=model, choices=choices)
@@ -386,52 +451,46 @@ def text_completion_events(
             return {"data": body.model_dump_json()}
         return frame([item])
 
-    async def choice_chunks(
-        index: int, source: ThunkSource
-    ) -> AsyncIterator[CompletionChoice | ProgramEvent]:
-        thunk: ModelOutputThunk | None = None
+    async def choice_chunks(reader: ChoiceReader) -> AsyncIterator[CompletionChoice | ProgramEvent]:
+        index = reader.index
         offset = 0  # where the next token's text starts in this choice's text
         sent = 0  # log-probability entries already sent
 
         def choice(text: str, finish: Any = None) -> CompletionChoice:
             nonlocal offset, sent
             entries = None
+            thunk = reader.thunk
             if logprobs and thunk is not None and thunk.logprobs:
                 entries = completion_logprobs(thunk.logprobs[sent:], offset)
                 sent = len(thunk.logprobs)
                 offset += sum(len(token) for token in entries.tokens)
             return CompletionChoice(index=index, text=text, logprobs=entries, finish_reason=finish)
 
-        trace = traces[index] if traces else None
         try:
-            if trace is not None and trace.live:
-                source = asyncio.ensure_future(source) if inspect.isawaitable(source) else source
-                async for event in program_events(trace, source, index, deadline):
-                    yield event
-            thunk = await before(deadline, source) if inspect.isawaitable(source) else source
+            async for event in reader.program_events():
+                yield event
+            thunk = await reader.start()
             if echo:
                 yield CompletionChoice(index=index, text=prompts[index])
-            reader = ThunkReader(thunk)
-            while True:
-                text = await before(deadline, reader.next())
-                if text:
-                    yield choice(text)
-                elif thunk.is_computed():
-                    break
-            usages[index] = usage_of(thunk)
-            calls[index] = other_calls(trace, thunk)
-            if trace is not None and trace.live:
-                yield program_done(trace, thunk, index)
+            async for text in reader.texts():
+                if observer is not None:
+                    observer.on_content()
+                yield choice(text)
+            tally.add(reader, usage_of(thunk))
+            if reader.live:
+                yield reader.program_done()
             reason = finish_reason_of(thunk)
             yield choice("", "stop" if reason == "tool_calls" else reason)
         finally:
-            if thunk is not None and not thunk.is_computed():
-                await asyncio.shield(thunk.aclose())
+            await reader.close()
 
-    streams = [choice_chunks(i, source) for i, source in enumerate(sources)]
+    streams = [
+        choice_chunks(ChoiceReader(source, i, deadline, traces[i] if traces else None))
+        for i, source in enumerate(sources)
+    ]
 
     def ending() -> list[dict[str, str]]:
-        usage = with_calls(total_usage(usages, n), [call for run in calls for call in run])
+        usage = tally.total()
         return [frame([], usage=usage)] if include_usage else []
 
     return _framed(streams, item_frame, ending, completion_id)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from mellea.backends.base import Backend
+from mellea.core._sync import run_sync
 from mellea.core.base import Context
 from mellea.core.requirement import ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
-from mellea.stdlib._sync import run_sync
 from mellea.stdlib.components.chat import Message, ToolMessage
 from mellea.stdlib.session import MelleaSession
 

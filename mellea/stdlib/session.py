@@ -7,15 +7,15 @@ import uuid
 from typing import Any, Literal
 
 from mellea.backends.base import Backend
-from mellea.backends.model_options import ModelOption
+from mellea.core._sync import run_sync
 from mellea.core.base import CBlock, Component, Span
 from mellea.core.content import user_content
+from mellea.core.model_options import ModelOption
 from mellea.core.requirement import Requirement, ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import current_trace
 from mellea.formatters import chat_dicts
-from mellea.stdlib._sync import run_sync
 from mellea.stdlib.components.chat import Message
 from mellea.stdlib.components.instruction import Instruction, render_instruction, substitute
 from mellea.stdlib.context import Context, SimpleContext

@@ -1,4 +1,5 @@
-"""The legacy /v1/completions endpoint over a real socket."""
+"""The legacy /v1/completions endpoint over a real socket (the rest of its cases run
+in-process in ``tests/unit/test_wire_inprocess.py``)."""
 
 from __future__ import annotations
 
@@ -31,17 +32,6 @@ def test_prompt_goes_to_serve_as_a_user_message(echo):
     assert reply.usage.completion_tokens == 3
 
 
-def test_several_prompts_each_get_their_choice(echo):
-    reply = client(echo).completions.create(
-        model="m", prompt=["a b c d", "e f", "g"], max_tokens=2, echo=True
-    )
-    by_index = {c.index: c for c in reply.choices}
-    assert by_index[0].text == "a b c da b" and by_index[0].finish_reason == "length"
-    assert by_index[1].text == "e fe f" and by_index[1].finish_reason == "stop"
-    assert by_index[2].text == "gg"
-    assert reply.usage.completion_tokens == 5
-
-
 def test_streaming_several_prompts(echo):
     body = {
         "prompt": ["one two three", "four five"],
@@ -66,32 +56,3 @@ def test_streaming_several_prompts(echo):
     assert frames[-1]["choices"] == [] and frames[-1]["usage"]["completion_tokens"] == 5
     streamed = list(client(echo).completions.create(model="m", prompt="x y", stream=True))
     assert "".join(c.choices[0].text for c in streamed if c.choices) == "x y"
-
-
-@pytest.mark.parametrize(
-    ("body", "param"),
-    [
-        ({"prompt": "x", "suffix": "end"}, "suffix"),
-        ({"prompt": "x", "best_of": 3}, "best_of"),
-        ({"prompt": "x", "n": 129}, "n"),
-        ({"prompt": "x", "logprobs": 6}, "logprobs"),
-        ({"prompt": [1, 2, 3]}, "prompt"),
-        ({"prompt": []}, "prompt"),
-        ({}, "prompt"),
-        ({"prompt": "x", "max_tokens": -1}, "max_tokens"),
-    ],
-)
-def test_unsupported_fields_are_400(echo, body, param):
-    response = httpx.post(f"{echo.base_url}/v1/completions", json=body, timeout=10)
-    assert response.status_code == 400, response.text
-    assert response.json()["error"]["param"] == param
-
-
-def test_program_serve_completion_is_used_when_defined():
-    with serve(PROGRAMS / "reverser.py") as server:
-        reply = client(server).completions.create(model="m", prompt="abcdef", max_tokens=4)
-        assert reply.choices[0].text == "fedc"
-        chat = client(server).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}]
-        )
-        assert chat.choices[0].message.content == "chat: hi"

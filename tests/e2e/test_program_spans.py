@@ -143,6 +143,7 @@ def test_untraced_routes_make_no_spans(traced):
     assert exporter.get_finished_spans() == ()
 
 
+@pytest.mark.e2e  # starts `m serve` subprocesses
 def test_otlp_variables_turn_tracing_on_in_m_serve():
     from tests.server import serve
 

@@ -1,28 +1,18 @@
-"""Turn model text into OpenAI ``tool_calls`` and ``reasoning_content``, whole or streamed.
+"""The reply parsers' former path; they live in :mod:`mellea.core.parsers`, below both the
+wire layer and the backends that read them."""
 
-Pick parsers by name with :func:`get_tool_parser` / :func:`get_reasoning_parser` (one fresh
-instance per reply). A reply with both: run the reasoning parser on the model text and feed
-its content deltas to the tool-call parser, which :class:`ReplyParser` does::
-
-    reply = ReplyParser(get_reasoning_parser("qwen3"), get_tool_parser("hermes"))
-    for piece in pieces:
-        delta = reply.feed(piece)  # .reasoning, .content, .tool_calls
-    delta = reply.finish()
-"""
-
-from mellea.serve.parsers.reasoning import ReasoningParser
-from mellea.serve.parsers.registry import (
+from mellea.core.parsers import (
     REASONING_PARSERS,
     TOOL_PARSERS,
-    get_reasoning_parser,
-    get_tool_parser,
-)
-from mellea.serve.parsers.reply import ReplyDelta, ReplyParser
-from mellea.serve.parsers.tool_calls import (
     ParsedToolCall,
+    ReasoningParser,
+    ReplyDelta,
+    ReplyParser,
     StreamDelta,
     ToolCallDelta,
     ToolCallParser,
+    get_reasoning_parser,
+    get_tool_parser,
     new_call_id,
 )
 

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from mellea.backends.model_options import ModelOption
+from mellea.core.model_options import ModelOption
 from mellea.serve.errors import OpenAIError
 from mellea.serve.options import LOGPROBS, TOP_LOGPROBS, ServeArguments
 from mellea.serve.responses.items import chat_messages

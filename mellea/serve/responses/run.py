@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from mellea.core.errors import RequestError
+from mellea.core.parsers import ReplyDelta, ReplyParser, new_call_id
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
 from mellea.serve.completion import tool_calls_of, usage_of
@@ -24,7 +25,6 @@ from mellea.serve.errors import (
     OpenAIError,
     StreamTimeoutError,
 )
-from mellea.serve.parsers import ReplyDelta, ReplyParser, new_call_id
 from mellea.serve.program_report import program_report, program_usage
 from mellea.serve.reading import ThunkReader
 from mellea.serve.responses.objects import ResponseObject, ResponseUsage

@@ -181,7 +181,7 @@ class SyncGenerativeStub(GenerativeStub[P, R]):
     """A generative function called synchronously: ``fn(m, arg=...)`` returns the value."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from mellea.stdlib._sync import run_sync
+        from mellea.core._sync import run_sync
 
         stub, extracted = self._prepare(args, kwargs)
         return run_sync(self._arun(stub, extracted))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mellea.serve.parsers.reasoning import ReasoningParser
-from mellea.serve.parsers.tool_calls import (
+from mellea.core.parsers.reasoning import ReasoningParser
+from mellea.core.parsers.tool_calls import (
     ParsedToolCall,
     StreamDelta,
     ToolCallDelta,

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from mellea.serve.parsers._text import (
+from mellea.core.parsers._text import (
     TrimmedText,
     canonical_arguments,
     first_non_space,

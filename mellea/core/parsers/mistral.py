@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 
-from mellea.serve.parsers._text import (
+from mellea.core.parsers._text import (
     JsonExtent,
     canonical_arguments,
     first_non_space,
     loads_strict,
     partial_suffix,
 )
-from mellea.serve.parsers.tool_calls import ParsedToolCall, ToolCallParser, calls_from_json
+from mellea.core.parsers.tool_calls import ParsedToolCall, ToolCallParser, calls_from_json
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]*")
 _CALL_ID = re.compile(r"[A-Za-z0-9]*")

@@ -7,8 +7,8 @@ import math
 import warnings
 from typing import Any
 
-from mellea.serve.parsers._text import canonical_arguments
-from mellea.serve.parsers.tool_calls import ParsedToolCall, ScanningToolParser
+from mellea.core.parsers._text import canonical_arguments
+from mellea.core.parsers.tool_calls import ParsedToolCall, ScanningToolParser
 
 
 class _NotACall(ValueError):

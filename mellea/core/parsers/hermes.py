@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mellea.serve.parsers._text import partial_suffix
-from mellea.serve.parsers.tool_calls import ToolCallParser, calls_from_json
+from mellea.core.parsers._text import partial_suffix
+from mellea.core.parsers.tool_calls import ToolCallParser, calls_from_json
 
 
 class MarkedCallParser(ToolCallParser):

@@ -7,7 +7,7 @@ the whitespace before it (to nothing at the start or end). Only a possible parti
 trailing whitespace are held back while streaming.
 
 Tool calls come after the reasoning: chain the parsers by feeding each content delta of the
-reasoning parser to the tool-call parser (see :class:`mellea.serve.parsers.ReplyParser`).
+reasoning parser to the tool-call parser (see :class:`mellea.core.parsers.ReplyParser`).
 A call written inside the reasoning stays reasoning.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from mellea.serve.parsers._text import TrimmedText, partial_suffix
+from mellea.core.parsers._text import TrimmedText, partial_suffix
 
 OPEN = "<think>"
 CLOSE = "</think>"

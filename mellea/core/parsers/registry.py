@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from mellea.serve.parsers.hermes import HermesToolParser
-from mellea.serve.parsers.json_calls import (
+from mellea.core.parsers.hermes import HermesToolParser
+from mellea.core.parsers.json_calls import (
     GraniteToolParser,
     JsonToolParser,
     Llama3JsonToolParser,
 )
-from mellea.serve.parsers.mistral import MistralToolParser
-from mellea.serve.parsers.pythonic import PythonicToolParser
-from mellea.serve.parsers.reasoning import (
+from mellea.core.parsers.mistral import MistralToolParser
+from mellea.core.parsers.pythonic import PythonicToolParser
+from mellea.core.parsers.reasoning import (
     DeepSeekR1ReasoningParser,
     Qwen3ReasoningParser,
     ReasoningParser,
 )
-from mellea.serve.parsers.tool_calls import ToolCallParser
+from mellea.core.parsers.tool_calls import ToolCallParser
 
 TOOL_PARSERS: dict[str, type[ToolCallParser]] = {
     cls.name: cls

@@ -1,0 +1,110 @@
+"""Dependencies point one way: cli -> mellea/serve -> mellea library -> backends -> core -> engine.
+
+Every import in the source counts, those inside functions included (a lazy import is
+still a dependency). ``mellea/__init__.py`` is the package's facade and may name any layer.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Top to bottom; a module may import its own layer and the layers below it.
+LAYERS = [
+    ("cli", ["cli"]),
+    ("wire", ["mellea.serve"]),
+    ("library", ["mellea.stdlib", "mellea.formatters"]),
+    ("backends", ["mellea.backends"]),
+    ("core", ["mellea.core"]),
+    ("engine", ["mellea.engine"]),
+]
+
+# Upward imports kept on purpose, each loaded on first use only.
+ALLOWED = {
+    # upstream exports SamplingStrategy from mellea.core; ours lives in the library layer
+    ("mellea/core/__init__.py", "mellea.stdlib.sampling"),
+}
+
+
+def layer_of(module: str) -> int | None:
+    """The index in ``LAYERS`` of the layer ``module`` belongs to (``None``: not ours)."""
+    for index, (_, packages) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in packages):
+            return index
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` for every absolute import in the file."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(node.lineno, node.module)]
+    return found
+
+
+def sources() -> list[Path]:
+    files = sorted((ROOT / "mellea").rglob("*.py")) + sorted((ROOT / "cli").rglob("*.py"))
+    return [f for f in files if f != ROOT / "mellea" / "__init__.py"]
+
+
+def upward_imports() -> list[str]:
+    problems = []
+    for path in sources():
+        own = layer_of(module_name(path))
+        if own is None:
+            continue
+        for line, module in imports_of(path):
+            target = layer_of(module)
+            allowed = (str(path.relative_to(ROOT)), module) in ALLOWED
+            if target is not None and target < own and not allowed:
+                where = f"{path.relative_to(ROOT)}:{line}"
+                problems.append(
+                    f"{where} ({LAYERS[own][0]}) imports {module} ({LAYERS[target][0]})"
+                )
+    return problems
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    assert upward_imports() == []
+
+
+def test_the_engine_imports_nothing_else_of_mellea() -> None:
+    outside = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in sorted((ROOT / "mellea" / "engine").rglob("*.py"))
+        for line, module in imports_of(path)
+        if (module == "mellea" or module.startswith("mellea.")) and layer_of(module) != 5
+    ]
+    assert outside == []
+
+
+@pytest.mark.parametrize(
+    ("module", "layer"),
+    [("cli.serve.app", 0), ("mellea.serve.stream", 1), ("mellea.core.parsers", 4), ("os", None)],
+)
+def test_layer_of(module: str, layer: int | None) -> None:
+    assert layer_of(module) == layer
+
+
+def test_an_upward_import_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan can fail: a core module importing the wire layer is reported."""
+    fake = tmp_path / "mellea" / "core" / "bad.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("def f():\n    from mellea.serve.stream import DONE\n")
+    (tmp_path / "cli").mkdir()
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    assert upward_imports() == ["mellea/core/bad.py:2 (core) imports mellea.serve.stream (wire)"]
