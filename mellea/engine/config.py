@@ -15,6 +15,7 @@ from mellea.engine.families import (
     UnsupportedModelError,
     family_of,
 )
+from mellea.engine.quant import compute_dtype, resolve_format
 
 DEFAULT_CPU_KV_BYTES = 1 << 30  # 1 GiB
 DEFAULT_GPU_KV_FRACTION = 0.5  # of free device memory
@@ -195,7 +196,8 @@ class EngineConfig:
     block_size: int = 16
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
-    dtype: torch.dtype = torch.float32
+    dtype: torch.dtype = torch.float32  # of the forward pass and the KV cache
+    weights: str = "float32"  # weight format (mellea.engine.quant): float32, bfloat16, int8
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     max_model_len: int = 0  # 0: the model's max_position_embeddings
 
@@ -208,24 +210,10 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """``None`` picks fp32 on CPU (bf16 matmuls are slower there) and bf16 on GPU."""
-    if dtype is None:
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    names = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "float": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-        "half": torch.float16,
-    }
-    if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(names)}")
-    return names[dtype]
+    """The dtype of the forward pass and KV cache for a ``dtype`` setting (a weight
+    format, see :mod:`mellea.engine.quant`): fp32 on CPU for every format but float16,
+    the format's own dtype on GPU (``None``: bf16)."""
+    return compute_dtype(resolve_format(dtype, device), device)
 
 
 def total_memory_bytes(device: torch.device) -> int:

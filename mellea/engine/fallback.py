@@ -4,9 +4,10 @@ Any causal LM transformers can load (hybrid Mamba models such as Granite 4 "H", 
 an architecture without a family in :mod:`mellea.engine.families`) runs here. One
 thread steps the running requests in turn, one token each, every request with its
 own transformers cache; there is no batching and no paged KV. Tokens are picked by
-the fast engine's sampler, stop checker, detokenizer and grammar matcher, so every
-:class:`SamplingParams` option (temperature, top-p/k, seed, penalties, stop strings,
-logprobs, constrained decoding) behaves as it does there.
+the fast engine's sampler and grammar matcher, and each token's text, stop strings
+and logprobs are built by its :class:`OutputBuilder`, so every :class:`SamplingParams`
+option (temperature, top-p/k, seed, penalties, stop strings, logprobs, constrained
+decoding) behaves as it does there.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import logging
 import threading
 import uuid
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +26,15 @@ import torch
 from mellea.engine.chat import render_chat
 from mellea.engine.config import resolve_device, resolve_dtype
 from mellea.engine.constraints import ConstraintCompiler
-from mellea.engine.detokenizer import IncrementalDetokenizer
-from mellea.engine.engine import Engine, RequestStream, _eos_ids
+from mellea.engine.engine import RequestStream
+from mellea.engine.output import OutputBuilder, eos_token_ids
 from mellea.engine.sampler import build_sampling_batch, sample
 from mellea.engine.sequence import Sequence, SequenceStatus
 from mellea.engine.stops import StopChecker
-from mellea.engine.types import RequestOutput, SamplingParams
+from mellea.engine.types import FinishReason, RequestOutput, SamplingParams
+from mellea.engine.validation import validate_request
 
 log = logging.getLogger("mellea.engine")
-
-
-@dataclass
-class _Shape:
-    """What the shared request checks read (``Engine._validate``)."""
-
-    vocab_size: int
 
 
 class FallbackEngine:
@@ -49,8 +43,6 @@ class FallbackEngine:
     Same public API as :class:`mellea.engine.engine.Engine` (``add_request``,
     ``abort``, ``apply_chat_template``, ``stats``, ``shutdown``).
     """
-
-    _validate = Engine._validate  # the same request checks and error messages
 
     def __init__(
         self,
@@ -72,14 +64,15 @@ class FallbackEngine:
         self.model.to(dev).eval().requires_grad_(False)
         self.device = dev
         text_config = self.model.config.get_text_config()
-        self.model_config = _Shape(vocab_size=int(text_config.vocab_size))
+        self.vocab_size = int(text_config.vocab_size)
         self.max_model_len = int(getattr(text_config, "max_position_embeddings", 0) or 4096)
-        self.eos_token_ids = _eos_ids(path, self._tokenizer)
-        self._constraints = ConstraintCompiler(self._tokenizer, self.model_config.vocab_size)
+        self.eos_token_ids = eos_token_ids(path, self._tokenizer)
+        self._constraints = ConstraintCompiler(self._tokenizer, self.vocab_size)
         self._cond = threading.Condition()
-        # request id -> (sequence, weak ref to its stream, transformers cache); weak, so
-        # a stream its reader dropped gets collected and aborts its request.
-        self._running: dict[str, tuple[Sequence, weakref.ref[RequestStream], Any]] = {}
+        # request id -> (sequence, weak ref to its stream, its output builder, transformers
+        # cache); weak, so a stream its reader dropped gets collected and aborts its request.
+        self._running: dict[str, tuple[Sequence, weakref.ref[RequestStream], OutputBuilder, Any]]
+        self._running = {}
         self._deferred_aborts: collections.deque[tuple[str, Sequence]] = collections.deque()
         self._stopping = False
         self._steps = 0
@@ -116,15 +109,15 @@ class FallbackEngine:
         """Validate and enqueue a request; stream its outputs (see ``Engine.add_request``)."""
         loop = asyncio.get_running_loop()
         ids = self._tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        max_tokens = self._validate(ids, params)
+        max_tokens = validate_request(ids, params, self.vocab_size, self.max_model_len)
         request_id = request_id or uuid.uuid4().hex
         seq = Sequence(request_id, ids, params, max_tokens)
         if params.seed is not None:
             seq.generator = torch.Generator().manual_seed(params.seed)
-        seq.detokenizer = IncrementalDetokenizer(self._tokenizer, ids)
         seq.stop_checker = StopChecker(params, self.eos_token_ids, max_tokens)
         if params.grammar is not None:
             seq.constraint = self._constraints.matcher(params.grammar)
+        builder = OutputBuilder(seq, self._tokenizer)
         stream = RequestStream(self, seq, loop)  # type: ignore[arg-type]
         with self._cond:
             if self._stopping:
@@ -132,7 +125,7 @@ class FallbackEngine:
             if request_id in self._running:
                 raise ValueError(f"request id {request_id!r} is already running")
             seq.status = SequenceStatus.RUNNING
-            self._running[request_id] = (seq, weakref.ref(stream), None)
+            self._running[request_id] = (seq, weakref.ref(stream), builder, None)
             self._cond.notify()
         return stream
 
@@ -146,11 +139,11 @@ class FallbackEngine:
             if entry is None or (only is not None and entry[0] is not only):
                 return
             del self._running[request_id]
-        seq, ref, _ = entry
+        seq, ref, builder, _ = entry
         self._finish(seq, "abort")
         stream = ref()
         if stream is not None:
-            self._send(stream, self._output(seq, "", []))
+            self._send(stream, builder.final("abort"))
 
     def stats(self) -> dict:
         """Queue counters (the fallback has no KV cache of its own)."""
@@ -198,7 +191,9 @@ class FallbackEngine:
                         self._send(stream, RuntimeError(f"generation failed: {exc!r}"))
 
     @torch.inference_mode()
-    def _step(self, seq: Sequence, ref: weakref.ref[RequestStream], cache: Any) -> None:
+    def _step(
+        self, seq: Sequence, ref: weakref.ref[RequestStream], builder: OutputBuilder, cache: Any
+    ) -> None:
         """Run one forward for ``seq`` (its whole prompt first), sample and deliver a token."""
         if ref() is None:  # its reader is gone
             self._abort(seq.request_id, seq)
@@ -210,59 +205,30 @@ class FallbackEngine:
             past_key_values=cache,
             use_cache=True,
         )
-        logits = out.logits[0, -1:, : self.model_config.vocab_size].float().cpu()
+        logits = out.logits[0, -1:, : self.vocab_size].float().cpu()
         tokens, logprobs = sample(logits, build_sampling_batch([seq], logits.shape[-1]))
         token = int(tokens[0])
         self._steps += 1
-        seq.token_ids.append(token)
-        stops, detok = seq.stop_checker, seq.detokenizer
-        reason = stops.check_token(token, seq.num_output)
-        if seq.constraint is not None and not seq.constraint.accept(token) and reason is None:
-            reason = "stop"
         entry = logprobs[0] if logprobs is not None else None
-        if reason == "stop":  # a stop token's own text (and logprobs) are not shown
-            text, hit = stops.feed(detok.flush())
-            entry = None
-        else:
-            text, hit = stops.feed(detok.step([token]))
-            if reason is not None and not hit:
-                more, hit = stops.feed(detok.flush())
-                text += more
-        if hit:
-            reason = "stop"
-        elif reason is not None:
-            text += stops.flush()
+        delta = builder.add(token, entry, seq.append(token))
+        reason = delta.finish_reason
         with self._cond:
             if self._running.get(seq.request_id, (None,))[0] is not seq:
                 return  # aborted meanwhile
             if reason is None:
-                self._running[seq.request_id] = (seq, ref, out.past_key_values)
+                self._running[seq.request_id] = (seq, ref, builder, out.past_key_values)
             else:
                 del self._running[seq.request_id]
         if reason is not None:
             self._finish(seq, reason)
         stream = ref()
         if stream is not None:
-            self._send(stream, self._output(seq, text, [token], [entry] if entry else []))
+            self._send(stream, delta)
 
     @staticmethod
-    def _finish(seq: Sequence, reason: str) -> None:
-        seq.finish_reason = reason  # type: ignore[assignment]
+    def _finish(seq: Sequence, reason: FinishReason) -> None:
+        seq.finish_reason = reason
         seq.status = SequenceStatus.FINISHED
-
-    def _output(
-        self, seq: Sequence, text: str, token_ids: list[int], logprobs: list | None = None
-    ) -> RequestOutput:
-        return RequestOutput(
-            request_id=seq.request_id,
-            text=text,
-            token_ids=token_ids,
-            prompt_tokens=seq.prompt_len,
-            completion_tokens=seq.num_output,
-            finished=seq.is_finished,
-            finish_reason=seq.finish_reason,
-            logprobs=(logprobs or []) if seq.params.logprobs is not None else None,
-        )
 
     def _send(self, stream: RequestStream, item: RequestOutput | BaseException) -> None:
         try:

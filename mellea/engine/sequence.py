@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     import torch
 
     from mellea.engine.constraints import Constraint
-    from mellea.engine.detokenizer import IncrementalDetokenizer
     from mellea.engine.stops import StopChecker
 
 
@@ -51,7 +50,6 @@ class Sequence:
         self.num_cached = 0  # prompt tokens that came from the prefix cache at admission
         self.admitted = False
         self.generator: torch.Generator | None = None
-        self.detokenizer: IncrementalDetokenizer | None = None
         self.stop_checker: StopChecker | None = None
         self.constraint: Constraint | None = None  # the grammar the output must follow
 
@@ -69,6 +67,21 @@ class Sequence:
     def output_ids(self) -> list[int]:
         """The generated token ids."""
         return self.token_ids[self.prompt_len :]
+
+    def append(self, token: int) -> FinishReason | None:
+        """Add a sampled token; why it ends the sequence, if it does.
+
+        ``"stop"`` for a stop token or EOS (or, which the grammar mask rules out, a token
+        the grammar refuses), ``"length"`` at ``max_tokens``. Stop strings are text:
+        the output side (:mod:`mellea.engine.output`) finds those.
+        """
+        self.token_ids.append(token)
+        reason = (
+            self.stop_checker.check_token(token, self.num_output) if self.stop_checker else None
+        )
+        if self.constraint is not None and not self.constraint.accept(token) and reason is None:
+            reason = "stop"  # cannot happen with the mask applied; never run off-grammar
+        return reason
 
     @property
     def is_finished(self) -> bool:

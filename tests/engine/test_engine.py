@@ -107,7 +107,7 @@ async def test_aclose_and_dropping_abort(make_engine):
 
     dropped = engine.add_request(PROMPTS[2], SamplingParams(max_tokens=200), request_id="d")
     await dropped.__anext__()
-    seq = engine._seqs["d"]
+    seq = engine.core.requests["d"]
     del dropped  # garbage: the engine aborts it at its next step
     for _ in range(100):
         if seq.is_finished:
