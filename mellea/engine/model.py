@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mellea.engine import kernels
+from mellea.engine import cpu_kernels, kernels
 from mellea.engine.config import ModelConfig
 from mellea.engine.cpu_attention import (
     AttentionMetadata,
@@ -31,22 +31,35 @@ from mellea.engine.weights import load_weights
 __all__ = ["AttentionMetadata", "DecoderModel", "build_model"]
 
 
+# Which implementation the small ops of a module run: "kernels" (mellea.engine.kernels:
+# Triton on GPU, the reference elsewhere), "torch" (the CPU path in PyTorch ops) or
+# "cpp" (the CPU path with the C++ ops of mellea.engine.cpu_kernels).
+
+
 def _norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None, fast: bool
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None, path: str
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """RMSNorm(x + residual), returning the new residual too (None in -> None out)."""
-    if not fast:
+    """RMSNorm(x + residual), returning the new residual too (None in -> None out).
+
+    On the "cpp" path the residual is updated in place.
+    """
+    if path == "cpp":
+        return cpu_kernels.rms_norm(x, weight, eps, residual), residual
+    if path == "kernels":
         return kernels.rms_norm(x, weight, eps, residual)
     if residual is not None:
         x = x + residual
     return F.rms_norm(x, weight.shape, weight, eps), (x if residual is not None else None)
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, fast: bool) -> torch.Tensor:
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, path: str) -> torch.Tensor:
     """RMSNorm over the last dim of ``x`` (any shape) with ``weight`` of that size."""
-    if fast:
+    if path == "torch":
         return F.rms_norm(x, weight.shape, weight, eps)
-    return kernels.rms_norm(x.reshape(-1, weight.shape[0]), weight, eps)[0].view(x.shape)
+    flat = x.reshape(-1, weight.shape[0])
+    if path == "cpp":
+        return cpu_kernels.rms_norm(flat, weight, eps).view(x.shape)
+    return kernels.rms_norm(flat, weight, eps)[0].view(x.shape)
 
 
 class Attention(nn.Module):
@@ -60,6 +73,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int, fast_cpu: bool) -> None:
         super().__init__()
         self.fast_cpu = fast_cpu
+        self.path = "torch" if fast_cpu else "kernels"  # see _norm; DecoderModel.use_cpu_kernel
         self.num_heads = cfg.num_heads
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
@@ -134,16 +148,27 @@ class Attention(nn.Module):
         """RMSNorm of q and k, per head (Qwen3, Gemma 3) or over all heads (OLMo 2)."""
         if self.qk_norm == "head":
             return (
-                _rms(q, self.q_norm, self.eps, self.fast_cpu),
-                _rms(k, self.k_norm, self.eps, self.fast_cpu),
+                _rms(q, self.q_norm, self.eps, self.path),
+                _rms(k, self.k_norm, self.eps, self.path),
             )
-        q = _rms(q.reshape(q.shape[0], -1), self.q_norm, self.eps, self.fast_cpu)
-        k = _rms(k.reshape(k.shape[0], -1), self.k_norm, self.eps, self.fast_cpu)
+        q = _rms(q.reshape(q.shape[0], -1), self.q_norm, self.eps, self.path)
+        k = _rms(k.reshape(k.shape[0], -1), self.k_norm, self.eps, self.path)
         return q.view(q.shape[0], self.num_heads, -1), k.view(k.shape[0], self.num_kv_heads, -1)
 
     def _decode(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
+        if self.path == "cpp":
+            out = cpu_kernels.paged_decode(
+                q,
+                k_cache,
+                v_cache,
+                meta.decode_block_tables,
+                meta.decode_context_lens,
+                self.scale,
+                self.window,
+            )
+            return out.view(q.shape[0], self.q_size)
         if self.fast_cpu:
             return cpu_decode_attention(q, k_cache, v_cache, meta, self.scale, self.window)
         out = kernels.paged_attention_decode(
@@ -210,7 +235,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int, fast_cpu: bool) -> None:
         super().__init__()
         self.eps = cfg.rms_norm_eps
-        self.fast_cpu = fast_cpu
+        self.path = "torch" if fast_cpu else "kernels"  # see _norm
         self.residual_multiplier = cfg.residual_multiplier
         fam = cfg.family
         self.norms = (fam.attn_in_norm, fam.attn_out_norm, fam.mlp_in_norm, fam.mlp_out_norm)
@@ -244,13 +269,13 @@ class DecoderLayer(nn.Module):
         if norm is None:
             total = x if residual is None else x + residual
             return total, total
-        h, total = _norm(x, getattr(self, norm), self.eps, residual, self.fast_cpu)
+        h, total = _norm(x, getattr(self, norm), self.eps, residual, self.path)
         return h, (x if total is None else total)
 
     def _finish(self, h: torch.Tensor, norm: str | None) -> torch.Tensor:
         """A sublayer's output as it joins the residual: normed and scaled if so configured."""
         if norm is not None:
-            h = _rms(h, getattr(self, norm), self.eps, self.fast_cpu)
+            h = _rms(h, getattr(self, norm), self.eps, self.path)
         if self.residual_multiplier != 1.0:
             h = h * self.residual_multiplier
         return h
@@ -267,6 +292,7 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.fast_cpu = fast_cpu
+        self.path = "torch" if fast_cpu else "kernels"  # see _norm
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, fast_cpu) for i in range(cfg.num_layers))
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
@@ -277,6 +303,19 @@ class DecoderModel(nn.Module):
         self.max_positions = max_positions
         self.embed_scale = cfg.embed_scale
         self.rope: dict[str, torch.Tensor] = {}
+
+    @property
+    def cpu_kernel(self) -> bool:
+        """Whether the CPU path runs the C++ ops of :mod:`~mellea.engine.cpu_kernels`."""
+        return self.path == "cpp"
+
+    def use_cpu_kernel(self, on: bool) -> None:
+        """Run RMSNorm (with its residual add) and decode attention as C++ ops (CPU path only)."""
+        if not self.fast_cpu:
+            return
+        self.path = "cpp" if on else "torch"
+        for layer in self.layers:
+            layer.path = layer.self_attn.path = self.path
 
     def init_rope(self, device: torch.device) -> None:
         """Build the rotary tables (kept out of the state dict)."""
@@ -302,13 +341,15 @@ class DecoderModel(nn.Module):
         residual = None
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
             x, residual = layer(x, residual, positions, rope, k_cache, v_cache, meta)
-        x, _ = _norm(x, self.norm, self.cfg.rms_norm_eps, residual, self.fast_cpu)
+        x, _ = _norm(x, self.norm, self.cfg.rms_norm_eps, residual, self.path)
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> fp32 logits [N, vocab] (scaled and soft-capped as configured)."""
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        logits = F.linear(hidden, weight).float()
+        if self.lm_head is None:
+            logits = F.linear(hidden, self.embed_tokens.weight).float()
+        else:  # its own layer, or one quant.convert_weights put over the tied table
+            logits = self.lm_head(hidden).float()
         if self.cfg.logits_multiplier != 1.0:
             logits = logits * self.cfg.logits_multiplier
         if self.cfg.final_softcap:
@@ -378,4 +419,5 @@ def build_model(
     load_weights(model, cfg, model_dir)
     model.prepare_loaded()
     model.init_rope(device)
+    model.use_cpu_kernel(fast_cpu and cpu_kernels.available())
     return model.eval().requires_grad_(False)

@@ -172,15 +172,18 @@ async def collect_entries(stream):
     return tokens, entries, last
 
 
-@pytest.mark.parametrize("reference", [False, True], ids=["cpu-path", "reference-path"])
-async def test_family_matches_transformers(family, reference, monkeypatch):
+@pytest.mark.parametrize("path", ["cpu-cpp", "cpu-torch", "reference"])
+async def test_family_matches_transformers(family, path, monkeypatch):
     from mellea.engine.engine import Engine
 
-    name, path, hf = family
-    if reference:
+    name, path_dir, hf = family
+    if path == "reference":
         monkeypatch.setenv("MELLEA_ENGINE_REFERENCE", "1")
-    engine = Engine(str(path), block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
+    elif path == "cpu-torch":  # the CPU path without its C++ ops
+        monkeypatch.setenv("MELLEA_CPU_KERNEL", "0")
+    engine = Engine(str(path_dir), block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
     try:
+        assert engine.runner.model.cpu_kernel == (path == "cpu-cpp")
         expected_len = 64 if name == "phi3" else 128  # longrope: the short-factor range
         assert engine.max_model_len == expected_len
         await run_rounds(engine, hf)

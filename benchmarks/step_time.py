@@ -1,0 +1,138 @@
+"""Time one engine decode step on the default model, and break it down by op.
+
+```sh
+python benchmarks/step_time.py                 # batches 1, 8, 32; contexts 100-300
+python benchmarks/step_time.py --profile       # plus the top aten ops by self CPU time
+python benchmarks/step_time.py --batches 1 --steps 50
+```
+
+It builds the engine's :class:`~mellea.engine.model_runner.ModelRunner` directly
+(no scheduler thread, no tokenizer): B sequences whose contexts are spread over
+100-300 tokens each take one decode step again and again (the same slot is
+rewritten, so the cache does not grow). ``prepare`` + ``execute`` is what the engine
+thread runs per step; the time of both is reported, in ms per step and tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+
+from mellea.engine.config import EngineConfig, ModelConfig
+from mellea.engine.loader import resolve_model
+from mellea.engine.model_runner import ModelRunner
+from mellea.engine.scheduler import ScheduledBatch
+from mellea.engine.sequence import Sequence
+from mellea.engine.types import SamplingParams
+
+
+def make_runner(max_seqs: int, max_len: int, block_size: int = 16) -> ModelRunner:
+    """The engine's runner for the default model with room for ``max_seqs`` x ``max_len``."""
+    path = resolve_model(None)
+    model_cfg = ModelConfig.from_dir(path)
+    blocks = max_seqs * (-(-max_len // block_size)) + 1
+    cfg = EngineConfig(model_path=path, block_size=block_size, max_model_len=max_len)
+    return ModelRunner(model_cfg, cfg, blocks)
+
+
+def make_batch(batch: int, block_size: int, lo: int = 100, hi: int = 300) -> ScheduledBatch:
+    """``batch`` decoding sequences with contexts spread evenly over [lo, hi]."""
+    seqs = []
+    next_block = 1
+    for i in range(batch):
+        ctx = lo + (hi - lo) * i // max(1, batch - 1) if batch > 1 else (lo + hi) // 2
+        seq = Sequence(f"s{i}", [(7 * i + j) % 1000 + 10 for j in range(ctx)], SamplingParams(), 64)
+        n_blocks = -(-ctx // block_size)
+        seq.block_table = list(range(next_block, next_block + n_blocks))
+        next_block += n_blocks
+        seq.num_computed = ctx - 1
+        seqs.append(seq)
+    return ScheduledBatch(decodes=seqs)
+
+
+def time_steps(runner: ModelRunner, batch: ScheduledBatch, steps: int) -> float:
+    """Median seconds of one prepare + execute over ``steps`` steps (after 3 warm-ups)."""
+    for _ in range(3):
+        runner.execute(runner.prepare(batch))
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        runner.execute(runner.prepare(batch))
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def ab_steps(runner: ModelRunner, batch: ScheduledBatch, steps: int) -> dict[str, float]:
+    """Median seconds per step of the CPU path with and without its C++ ops, the two
+    alternating step by step so that both see the same machine load."""
+    times: dict[str, list[float]] = {"cpp": [], "torch": []}
+    for i in range(2 * (steps + 3)):
+        path = "cpp" if i % 2 else "torch"
+        runner.model.use_cpu_kernel(path == "cpp")
+        t = time.perf_counter()
+        runner.execute(runner.prepare(batch))
+        if i >= 6:
+            times[path].append(time.perf_counter() - t)
+    runner.model.use_cpu_kernel(True)
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+
+
+def profile_steps(runner: ModelRunner, batch: ScheduledBatch, steps: int, top: int) -> str:
+    """A table of the top aten ops by self CPU time over ``steps`` steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    runner.execute(runner.prepare(batch))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            runner.execute(runner.prepare(batch))
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--json", help="append results to this JSON-lines file")
+    parser.add_argument("--label", default="")
+    parser.add_argument(
+        "--ab", action="store_true", help="alternate the C++ ops with the PyTorch-only path"
+    )
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    runner = make_runner(max(args.batches), 320, 16)
+    load = os.getloadavg()[0]
+    results = {}
+    for b in args.batches:
+        batch = make_batch(b, runner.block_size)
+        if args.ab:
+            both = ab_steps(runner, batch, args.steps)
+            results[b] = both
+            cpp, tor = both["cpp"], both["torch"]
+            print(
+                f"batch {b:3d}: C++ ops {cpp * 1e3:7.2f} ms ({b / cpp:6.1f} tok/s), "
+                f"PyTorch only {tor * 1e3:7.2f} ms ({b / tor:6.1f} tok/s), "
+                f"ratio {tor / cpp:.2f}"
+            )
+            continue
+        sec = time_steps(runner, batch, args.steps)
+        results[b] = sec
+        print(f"{args.label} batch {b:3d}: {sec * 1e3:7.2f} ms/step  {b / sec:7.1f} tok/s")
+        if args.profile:
+            print(profile_steps(runner, batch, 10, args.top))
+    print(f"load before: {load:.2f}, threads: {torch.get_num_threads()}")
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps({"label": args.label, "load": load, "ms": results}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The C++ ops of the CPU path against the PyTorch code they replace."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mellea.engine import cpu_kernels
+from mellea.engine.kernels.rms_norm import rms_norm_ref
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("MELLEA_CPU_KERNEL") == "0", reason="C++ CPU ops switched off"
+)
+
+DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    assert cpu_kernels.available(), "the C++ CPU ops did not build (see the log)"
+
+
+def gathered_attention(q, k_cache, v_cache, tables, lens, scale, window):
+    """Decode attention as the PyTorch CPU path does it: gather, mask, SDPA in fp32."""
+    batch, n_heads, dim = q.shape
+    block, n_kv = k_cache.shape[1], k_cache.shape[2]
+    width = tables.shape[1] * block
+    keys = k_cache[tables.long()].reshape(batch, width, n_kv, dim).float()
+    values = v_cache[tables.long()].reshape(batch, width, n_kv, dim).float()
+    span = torch.arange(width)
+    keep = span[None] < lens[:, None]
+    if window is not None:
+        keep &= span[None] >= lens[:, None] - window
+    out = F.scaled_dot_product_attention(
+        q.float().view(batch, n_kv, n_heads // n_kv, dim),
+        keys.transpose(1, 2),
+        values.transpose(1, 2),
+        attn_mask=keep[:, None, None, :],
+        scale=scale,
+    )
+    return out.reshape(batch, n_heads, dim)
+
+
+@pytest.mark.parametrize(("dtype", "atol"), DTYPES)
+@pytest.mark.parametrize("window", [None, 5])
+@pytest.mark.parametrize(("n_heads", "n_kv"), [(4, 4), (6, 2)])
+def test_paged_decode_matches_gathered_sdpa(dtype, atol, window, n_heads, n_kv) -> None:
+    torch.manual_seed(0)
+    block, dim, num_blocks = 4, 16, 40
+    k_cache = torch.randn(num_blocks, block, n_kv, dim).to(dtype)
+    v_cache = torch.randn(num_blocks, block, n_kv, dim).to(dtype)
+    lens = torch.tensor([1, 7, 13, 4], dtype=torch.int32)
+    tables = torch.randperm(num_blocks)[:16].view(4, 4).to(torch.int32)
+    # q as the model passes it: the first heads of a wider q|k row, not contiguous.
+    qk = torch.randn(4, n_heads + n_kv, dim).to(dtype)
+    q = qk[:, :n_heads]
+    got = cpu_kernels.paged_decode(q, k_cache, v_cache, tables, lens, 0.3, window)
+    want = gathered_attention(q, k_cache, v_cache, tables, lens, 0.3, window)
+    assert got.dtype == dtype and got.shape == q.shape
+    torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_rms_norm_matches_reference(dtype, with_residual) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(5, 64).to(dtype)
+    weight = torch.randn(64).to(dtype)
+    residual = torch.randn(5, 64).to(dtype) if with_residual else None
+    want, want_residual = rms_norm_ref(x, weight, 1e-6, residual)
+    updated = residual.clone() if residual is not None else None
+    got = cpu_kernels.rms_norm(x, weight, 1e-6, updated)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    if with_residual:
+        assert torch.equal(updated, want_residual)  # updated in place to x + residual
+
+
+def test_rms_norm_reads_strided_rows() -> None:
+    x = torch.randn(3, 80)[:, :64]
+    weight = torch.rand(64)
+    torch.testing.assert_close(
+        cpu_kernels.rms_norm(x, weight, 1e-6), rms_norm_ref(x, weight, 1e-6)[0]
+    )
+
+
+def test_mixed_precisions_are_converted_not_refused() -> None:
+    torch.manual_seed(0)
+    k_cache = torch.randn(8, 4, 2, 16).to(torch.bfloat16)
+    v_cache = torch.randn(8, 4, 2, 16).to(torch.bfloat16)
+    tables = torch.arange(8, dtype=torch.int32).view(2, 4)
+    lens = torch.tensor([3, 16], dtype=torch.int32)
+    q = torch.randn(2, 4, 16)
+    got = cpu_kernels.paged_decode(q, k_cache, v_cache, tables, lens, 0.25, None)
+    want = gathered_attention(q.bfloat16(), k_cache, v_cache, tables, lens, 0.25, None)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=0)
+    x, residual, weight = torch.randn(3, 32), torch.randn(3, 32).double(), torch.rand(32)
+    want, want_residual = rms_norm_ref(x.double(), weight.double(), 1e-6, residual)
+    got = cpu_kernels.rms_norm(x, weight, 1e-6, residual)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(residual, want_residual)
