@@ -99,7 +99,9 @@ def run_system(
 ) -> list[dict]:
     """Serve ``program`` and measure every level."""
     results = []
-    with serve(program, "--no-playground") as server:
+    # float32 like the naive baseline and bench_engine.py: the comparison is of
+    # serving, not of weight formats (those: bench_dtypes.py).
+    with serve(program, "--no-playground", "--dtype", "float32") as server:
         for i, conc in enumerate(levels):
             wait_for_quiet()
             row = asyncio.run(level(server.base_url, conc, per_client, max_tokens, 1000 * i))

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from mellea.backends.runtime import Runtime, StepHook
 
 SETTINGS_ENV = "M_SERVE_SETTINGS_JSON"
+# The weight formats --dtype takes (mellea.engine.quant.FORMATS, without importing torch).
+DTYPES = ("auto", "float32", "bfloat16", "int8")
 
 
 @dataclass
@@ -49,6 +51,7 @@ class ServeSettings:
     responses_max_age: float | None = 30 * 24 * 3600.0  # seconds; None: kept forever
     responses_max_bytes: int | None = 256 * 1024 * 1024  # records' JSON; None: no bound
     kv_cache_memory: str | None = None
+    dtype: str = "auto"  # --dtype: the local engines' weight format (mellea.engine.quant)
     model: str | None = None  # --model: every local session serves this model
     chat_template: str | None = None  # a Jinja file used instead of the model's template
 
@@ -63,6 +66,7 @@ class ServeSettings:
 
         return Runtime(
             kv_cache_memory=parse_memory(self.kv_cache_memory) if self.kv_cache_memory else None,
+            dtype=self.dtype,
             tool_call_parser=self.tool_call_parser,
             model=self.model,
             chat_template=Path(self.chat_template).expanduser().read_text()
@@ -107,6 +111,8 @@ def check_settings(settings: ServeSettings) -> None:
                 f"--kv-cache-memory {settings.kv_cache_memory!r}: give bytes (e.g. 2GiB) "
                 "or a fraction of memory (e.g. 0.25)"
             ) from None
+    if settings.dtype not in DTYPES:
+        raise SettingsError(f"--dtype {settings.dtype!r}: use one of {', '.join(DTYPES)}")
     if settings.chat_template:
         path = Path(settings.chat_template).expanduser().resolve()
         try:

@@ -14,6 +14,7 @@ The engine package knows nothing of it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import logging
@@ -66,6 +67,8 @@ class Runtime:
     """Engines and settings shared by every local session of one app.
 
     ``kv_cache_memory``: each engine's KV-cache budget (bytes, or a fraction of memory).
+    ``dtype``: each engine's weight format (``auto``, ``float32``, ``bfloat16``, ``int8``;
+    ``None``: the engine's default, float32 on CPU) unless a session names its own.
     ``tool_call_parser``: the format local sessions read tool calls in (``None``: hermes).
     ``model``: serve this model for every local session, whatever the program names.
     ``chat_template``: a Jinja chat template (text) used instead of the models' own.
@@ -77,6 +80,7 @@ class Runtime:
         self,
         *,
         kv_cache_memory: int | float | None = None,
+        dtype: str | None = None,
         tool_call_parser: str | None = None,
         model: str | None = None,
         chat_template: str | None = None,
@@ -84,6 +88,7 @@ class Runtime:
         engine_factory: EngineFactory | None = None,
     ) -> None:
         self.kv_cache_memory = kv_cache_memory
+        self.dtype = dtype
         self.tool_call_parser = tool_call_parser
         self.model = model
         self.chat_template = chat_template
@@ -118,6 +123,8 @@ class Runtime:
             spec = model_name(model_id)
         if self.kv_cache_memory is not None:
             engine_kwargs.setdefault("kv_cache_memory", self.kv_cache_memory)
+        if self.dtype is not None:
+            engine_kwargs.setdefault("dtype", self.dtype)
         spelling = (spec, _frozen(engine_kwargs))
         with self._lock:
             engine = self._spellings.get(spelling)
@@ -150,11 +157,18 @@ class Runtime:
         return {e.model_id: e.stats() for e in self.engines() if hasattr(e, "stats")}
 
     async def warm_up(self) -> int:
-        """Run a one-token generation on every loaded engine; returns how many were warmed."""
+        """Run a one-token generation on every loaded engine, and build its grammar token
+        table; returns how many were warmed."""
+        from mellea.engine.constraints import json_schema_grammar
         from mellea.engine.types import SamplingParams
 
         engines = self.engines()
         for engine in engines:
+            compile_grammar = getattr(engine, "compile_grammar", None)
+            if compile_grammar is not None:
+                # The first grammar builds the tokenizer's table (Python-heavy, ~0.4 s
+                # holding the GIL): do it before serving, not during a client's request.
+                await asyncio.to_thread(compile_grammar, json_schema_grammar({"type": "object"}))
             # Plain text, not the chat template: a model may have none (chat requests
             # then get a 400), and that must not stop the server from starting.
             prompt = engine.tokenizer.encode("Hi")
@@ -197,6 +211,9 @@ class Runtime:
             engine = build_engine(str(path), **kwargs)
         # Reported in stats and metrics: the name asked for, not the cache directory.
         engine.model_id = DEFAULT_MODEL_ID if spec in DEFAULT_ALIASES else str(spec)
+        weights = getattr(getattr(engine, "config", None), "weights", None)
+        if isinstance(weights, str):  # what --dtype auto chose is worth a line
+            log.info("model %s: %s weights", engine.model_id, weights)
         return engine
 
 
@@ -255,13 +272,15 @@ def parse_memory(text: str) -> int | float:
 
 
 def _placement(kwargs: dict[str, Any]) -> tuple[str, str, Any]:
-    """The resolved device and dtype, and the rest of the engine's arguments."""
-    from mellea.engine.config import resolve_device, resolve_dtype
+    """The resolved device and weight format (``auto`` resolved), and the rest of the
+    engine's arguments."""
+    from mellea.engine.config import resolve_device
+    from mellea.engine.quant import resolve_format
 
     device = resolve_device(kwargs.get("device"))
-    dtype = resolve_dtype(kwargs.get("dtype"), device)
+    fmt = resolve_format(kwargs.get("dtype"), device)
     rest = {k: v for k, v in kwargs.items() if k not in ("device", "dtype")}
-    return str(device), str(dtype), _frozen(rest)
+    return str(device), fmt, _frozen(rest)
 
 
 def _frozen(kwargs: dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -13,6 +13,7 @@ import torch
 
 from mellea.engine.config import EngineConfig, ModelConfig
 from mellea.engine.model import AttentionMetadata, build_model
+from mellea.engine.quant import convert_weights
 from mellea.engine.sampler import SamplingBatch, build_sampling_batch, sample
 from mellea.engine.scheduler import ScheduledBatch
 from mellea.engine.sequence import Sequence
@@ -88,6 +89,8 @@ class ModelRunner:
         self.model = build_model(
             model_cfg, cfg.model_path, cfg.max_model_len, cfg.dtype, cfg.device, fast_cpu
         )
+        if cfg.device.type == "cpu":  # bf16 or int8 weights under the fp32 forward pass
+            convert_weights(self.model, cfg.weights)
         shape = (
             model_cfg.num_layers,
             num_blocks,
@@ -128,8 +131,9 @@ class ModelRunner:
             meta.decode_max_len = max(lens)
             tables = _table([s.block_table for s in batch.decodes], dev)
             meta.decode_block_tables = tables
-            meta.decode_block_index = tables.view(-1).long()
-            if min(lens) != meta.decode_max_len:
+            if not self.model.cpu_kernel:  # what the PyTorch decode path needs
+                meta.decode_block_index = tables.view(-1).long()
+            if min(lens) != meta.decode_max_len and not self.model.cpu_kernel:
                 span = torch.arange(meta.decode_max_len, device=dev)
                 keep = span[None, :] < meta.decode_context_lens[:, None]
                 meta.decode_attn_mask = keep[:, None, None, :]

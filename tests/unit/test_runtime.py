@@ -220,3 +220,21 @@ def test_a_session_started_inside_serve_on_a_missing_model_gets_a_503_in_our_wor
         "the model this program uses (nobody/late-model) is not available on this server"
     )
     assert error["code"] == "model_unavailable" and "Traceback" not in reply.text
+
+
+def test_warm_up_builds_each_engines_grammar_table_before_serving(model_dir: Path):
+    """The first grammar builds the tokenizer's table holding the GIL: warm-up does it."""
+
+    class GrammarEngine(FakeEngine):
+        def __init__(self, path: str, **kwargs: Any) -> None:
+            super().__init__(path, **kwargs)
+            self.grammars: list[str] = []
+
+        def compile_grammar(self, grammar: str) -> object:
+            self.grammars.append(grammar)
+            return object()
+
+    runtime = Runtime(engine_factory=GrammarEngine)
+    engine = runtime.engine(str(model_dir))
+    assert asyncio.run(runtime.warm_up()) == 1
+    assert len(engine.grammars) == 1 and json.loads(engine.grammars[0])

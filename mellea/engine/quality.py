@@ -1,0 +1,211 @@
+"""How far a weight format (see :mod:`mellea.engine.quant`) moves a model from fp32.
+
+Over a fixed set of chat prompts, fp32 greedy continuations are the reference:
+
+* ``mean_logprob``: the mean per-token log-probability a format's model gives the
+  fp32 model's greedy continuation (teacher-forced, one forward pass per prompt);
+  the bar is that it stays within :data:`LOGPROB_TOLERANCE` (relative) of fp32's own.
+* ``exact_agreement``: the fraction of prompts whose greedy continuation, generated
+  by the format's engine one request at a time, is token for token the fp32 one (up
+  to ``max_tokens`` tokens or EOS). The bar is that this holds for more than half
+  of the prompts.
+* ``agreement`` (reported, not part of the bar): the same, but a continuation that
+  first leaves fp32's at a near-tie also agrees: where fp32 itself rates the
+  format's token within :data:`NEAR_TIE` nats of its own choice. A small model's
+  greedy text often has such ties, and after one the texts go separate ways however
+  close the weights are, so this tells a format's rounding from the model's ties.
+
+Used by ``benchmarks/bench_dtypes.py`` and ``tests/engine/test_dtypes.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mellea.engine.cpu_attention import AttentionMetadata
+from mellea.engine.types import SamplingParams
+
+LOGPROB_TOLERANCE = 0.02  # relative to fp32's own mean logprob
+MIN_AGREEMENT = 0.5  # "most prompts": more than half, strictly
+NEAR_TIE = 0.25  # nats: fp32 gives the two tokens probabilities within a factor 1.28
+
+QUALITY_PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain photosynthesis in two sentences.",
+    "List three prime numbers greater than 10.",
+    "Translate 'good morning' into Spanish.",
+    "What is 17 times 3?",
+    "Give me a tip for learning to play the guitar.",
+    "Write a Python function that reverses a string.",
+    "Why is the sky blue?",
+    "Summarize the plot of Romeo and Juliet in one sentence.",
+    "What should I pack for a weekend camping trip?",
+    "Describe a cat to someone who has never seen one.",
+]
+
+
+@dataclass
+class Reference:
+    """fp32's greedy continuations and its own log-probabilities along them."""
+
+    prompts: list[list[int]]
+    continuations: list[list[int]]
+    logprobs: list[torch.Tensor]  # per prompt: [len(continuation), vocab] log-softmax
+
+    @property
+    def mean_logprob(self) -> float:
+        """Mean over prompts of the mean per-token logprob of fp32's continuations."""
+        return _mean_picked(self.logprobs, self.continuations)
+
+
+@dataclass
+class FormatQuality:
+    """One format's quality numbers against the fp32 reference."""
+
+    fmt: str
+    mean_logprob: float  # of fp32's greedy continuations under this format
+    reference_logprob: float  # fp32's own
+    exact_agreement: float  # fraction of prompts with the identical greedy continuation
+    agreement: float  # identical, or first different at an fp32 near-tie
+    mean_common_prefix: float  # tokens, averaged over prompts
+    divergence_margins: list[float]  # fp32's logprob(own token) - logprob(format's token)
+
+    @property
+    def relative_logprob_drop(self) -> float:
+        """How much worse than fp32, relative (0.01 = 1 % lower mean logprob)."""
+        return (self.reference_logprob - self.mean_logprob) / abs(self.reference_logprob)
+
+    @property
+    def passes(self) -> bool:
+        """The quality bar: logprob within tolerance and identical greedy text for most
+        prompts."""
+        drop_ok = self.relative_logprob_drop <= LOGPROB_TOLERANCE
+        return drop_ok and self.exact_agreement > MIN_AGREEMENT
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready numbers."""
+        return {
+            "mean_logprob": round(self.mean_logprob, 5),
+            "reference_logprob": round(self.reference_logprob, 5),
+            "relative_logprob_drop": round(self.relative_logprob_drop, 5),
+            "exact_agreement": round(self.exact_agreement, 3),
+            "agreement": round(self.agreement, 3),
+            "mean_common_prefix": round(self.mean_common_prefix, 2),
+            "divergence_margins": [round(m, 3) for m in self.divergence_margins],
+            "passes": self.passes,
+        }
+
+
+def chat_prompts(engine: Any) -> list[list[int]]:
+    """The fixed prompts, rendered with the engine's chat template."""
+    return [engine.apply_chat_template([{"role": "user", "content": p}]) for p in QUALITY_PROMPTS]
+
+
+def greedy_continuations(engine: Any, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """Each prompt's greedy continuation (up to ``max_tokens`` or EOS), one request at
+    a time: a batch's makeup varies from run to run, and with it the rounding."""
+
+    async def one(prompt: list[int]) -> list[int]:
+        tokens: list[int] = []
+        async for out in engine.add_request(prompt, SamplingParams(max_tokens=max_tokens)):
+            tokens += out.token_ids
+        return tokens
+
+    return [asyncio.run(one(p)) for p in prompts]
+
+
+@torch.inference_mode()
+def teacher_forced_logprobs(
+    engine: Any, prompt: list[int], continuation: list[int]
+) -> torch.Tensor:
+    """[len(continuation), vocab] fp32 log-softmax before each continuation token under
+    the engine's model: one fresh prefill over a private KV cache (the engine's own
+    cache and prefix blocks are not touched)."""
+    model, runner = engine.runner.model, engine.runner
+    ids = prompt + continuation
+    n, bs, dev = len(ids), runner.block_size, runner.device
+    blocks = -(-n // bs)
+    shape = (blocks, bs, *runner.k_cache.shape[3:])
+    dtype = runner.k_cache.dtype
+    caches = [
+        (torch.zeros(shape, dtype=dtype, device=dev), torch.zeros(shape, dtype=dtype, device=dev))
+        for _ in runner.kv_caches
+    ]
+    meta = AttentionMetadata(
+        slot_mapping=torch.arange(n, device=dev),
+        prefill_cu_seqlens=torch.tensor([0, n], dtype=torch.int32, device=dev),
+        prefill_context_lens=torch.tensor([n], dtype=torch.int32, device=dev),
+        prefill_block_tables=torch.arange(blocks, dtype=torch.int32, device=dev)[None],
+        prefill_query_lens=(n,),
+        prefill_total_lens=(n,),
+    )
+    hidden = model(torch.tensor(ids, device=dev), torch.arange(n, device=dev), caches, meta)
+    logits = model.compute_logits(hidden[len(prompt) - 1 : n - 1]).float()
+    return torch.log_softmax(logits, dim=-1).cpu()
+
+
+def _mean_picked(rows: list[torch.Tensor], continuations: list[list[int]]) -> float:
+    per_prompt = [
+        r.gather(1, torch.tensor(c)[:, None]).mean().item()
+        for r, c in zip(rows, continuations, strict=True)
+    ]
+    return sum(per_prompt) / len(per_prompt)
+
+
+def reference(engine: Any, max_tokens: int = 32) -> Reference:
+    """fp32's continuations of :data:`QUALITY_PROMPTS` (``engine`` loaded in float32)."""
+    prompts = chat_prompts(engine)
+    continuations = greedy_continuations(engine, prompts, max_tokens)
+    rows = [
+        teacher_forced_logprobs(engine, p, c) for p, c in zip(prompts, continuations, strict=True)
+    ]
+    return Reference(prompts, continuations, rows)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two sequences share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def compare(fmt: str, engine: Any, ref: Reference) -> FormatQuality:
+    """``engine`` (loaded in ``fmt``) against the fp32 reference."""
+    max_tokens = max(map(len, ref.continuations))
+    outputs = greedy_continuations(engine, ref.prompts, max_tokens)
+    prefixes, margins, agree, same = [], [], 0, 0
+    for out, want, rows in zip(outputs, ref.continuations, ref.logprobs, strict=True):
+        k = common_prefix(out, want)
+        prefixes.append(k)
+        if out == want:
+            same += 1
+            agree += 1
+            continue
+        if k < len(out) and k < len(want):  # both go on, with different tokens
+            margin = (rows[k, want[k]] - rows[k, out[k]]).item()
+        else:  # one stopped (EOS) where the other did not: no tie to speak of
+            margin = float("inf")
+        margins.append(margin)
+        agree += margin <= NEAR_TIE
+    rows = [
+        teacher_forced_logprobs(engine, p, c)
+        for p, c in zip(ref.prompts, ref.continuations, strict=True)
+    ]
+    n = len(ref.prompts)
+    return FormatQuality(
+        fmt=fmt,
+        mean_logprob=_mean_picked(rows, ref.continuations),
+        reference_logprob=ref.mean_logprob,
+        exact_agreement=same / n,
+        agreement=agree / n,
+        mean_common_prefix=sum(prefixes) / n,
+        divergence_margins=margins,
+    )

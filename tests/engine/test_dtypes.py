@@ -1,0 +1,227 @@
+"""Weight formats (mellea/engine/quant.py): layers, conversion, the flag's path, quality."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from mellea.engine.quant import (
+    FORMATS,
+    Bf16Linear,
+    Int8Linear,
+    RefinedHead,
+    convert_weights,
+    quantize_rows,
+    resolve_format,
+)
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("rows", [1, 3, 12, 13, 40])  # both of Int8Linear's kernels
+def test_int8_linear_matches_fp32_linear(rows: int):
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 80, bias=True)
+    x = torch.randn(rows, 96)
+    int8 = Int8Linear(linear.weight, linear.bias)
+    want = linear(x)
+    got = int8(x)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    # int8 rounding of the weights (<= scale/2 each) plus bf16 rounding of x.
+    assert (got - want).abs().max() <= 0.02 * want.abs().max()
+    # Against the dequantized weights, only the bf16 rounding of x remains.
+    exact = x @ int8.dequantized().T + linear.bias
+    assert (got - exact).abs().max() <= 0.01 * exact.abs().max()
+
+
+def test_quantize_rows_is_symmetric_per_output_channel():
+    w = torch.tensor([[0.5, -1.0, 0.25], [100.0, 50.0, -25.0]])
+    q, scale = quantize_rows(w)
+    assert q.dtype == torch.int8
+    assert scale.tolist() == pytest.approx([1.0 / 127, 100.0 / 127])
+    assert q[:, 1].abs().max() <= 127 and q[0, 1] == -127 and q[1, 0] == 127
+    assert torch.allclose(q.float() * scale[:, None], w, atol=scale.max().item() / 2)
+
+
+def test_bf16_linear_returns_fp32_close_to_fp32():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 32)
+    x = torch.randn(5, 64)
+    got = Bf16Linear(linear.weight, linear.bias)(x)
+    assert got.dtype == torch.float32
+    assert (got - linear(x)).abs().max() <= 0.02 * linear(x).abs().max()
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "int8"])
+def test_refined_head_gives_the_best_logits_in_fp32(fmt: str):
+    torch.manual_seed(0)
+    weight = torch.randn(500, 48)
+    inner = Bf16Linear(weight, None) if fmt == "bfloat16" else Int8Linear(weight, None)
+    hidden = 4 * torch.randn(3, 48)  # logits of size ~25: bf16 output steps of 1/8
+    logits = RefinedHead(inner, weight)(hidden)
+    exact = hidden @ weight.T
+    top = exact.topk(5, dim=-1).indices
+    assert torch.allclose(logits.gather(1, top), exact.gather(1, top), atol=1e-4)
+    assert torch.equal(logits.argmax(-1), exact.argmax(-1))
+    rounded = inner(hidden)  # without the refinement: the format's own rounding
+    assert (rounded.float().gather(1, top) - exact.gather(1, top)).abs().max() > 1e-3
+
+
+def test_resolve_format_names_and_errors():
+    assert resolve_format(None, CPU) == "float32"
+    assert resolve_format("bf16", CPU) == "bfloat16"
+    assert resolve_format(torch.float32, CPU) == "float32"
+    assert resolve_format("auto", CPU) in FORMATS[1:]
+    assert resolve_format("auto", torch.device("cuda")) == "bfloat16"
+    with pytest.raises(ValueError, match="unknown dtype 'int4'"):
+        resolve_format("int4", CPU)
+    with pytest.raises(ValueError, match="CPU only"):
+        resolve_format("int8", torch.device("cuda"))
+
+
+def test_auto_is_float32_on_a_cpu_without_native_bf16(monkeypatch):
+    import mellea.engine.quant as quant
+
+    monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: False)
+    assert quant.resolve_format("auto", CPU) == "float32"
+    monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: True)
+    assert quant.resolve_format("auto", CPU) == quant.AUTO_CPU_NATIVE_BF16
+
+
+def test_settings_list_the_same_formats_as_the_engine():
+    from cli.serve.settings import DTYPES
+
+    assert DTYPES == FORMATS
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "int8"])
+def test_engine_converts_its_weights_and_stays_close_to_fp32(make_engine, fmt: str):
+    fp32 = make_engine(dtype="float32")
+    other = make_engine(dtype=fmt)
+    model = other.runner.model
+    assert other.config.weights == fmt and other.config.dtype == torch.float32
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert linears == []  # every linear layer converted
+    wanted = Bf16Linear if fmt == "bfloat16" else Int8Linear
+    assert isinstance(model.layers[0].mlp.down_proj, wanted)
+    assert isinstance(model.lm_head, RefinedHead)  # the tied head, over the embedding table
+    assert isinstance(model.lm_head.inner, wanted)
+    assert isinstance(model.embed_tokens, nn.Embedding)  # lookups stay fp32
+    assert torch.equal(model.lm_head.exact, model.embed_tokens.weight)
+    from mellea.engine import quality
+
+    prompt = fp32.tokenizer.encode("The tiny model says")
+    (continuation,) = quality.greedy_continuations(fp32, [prompt], 8)
+    want = quality.teacher_forced_logprobs(fp32, prompt, continuation)
+    got = quality.teacher_forced_logprobs(other, prompt, continuation)
+    assert got.shape == want.shape == (len(continuation), fp32.model_config.vocab_size)
+    # The next-token distributions stay close: a conversion bug (a weight transposed,
+    # unscaled, a row order lost) puts their L1 distance near its maximum of 2; the
+    # tiny model's large random weights make rounding cost more than on a real model
+    # (greedy tokens are compared on the real model, in the quality test below).
+    assert (got.exp() - want.exp()).abs().sum(-1).max() < 0.4
+    picked = torch.tensor(continuation)[:, None]
+    assert abs(got.gather(1, picked).mean() - want.gather(1, picked).mean()) < 0.1
+
+
+def test_runtime_keys_engines_by_resolved_format(tmp_path: Path):
+    from mellea.backends.runtime import Runtime
+
+    class Fake:
+        def __init__(self, path: str, **kwargs) -> None:
+            self.kwargs = kwargs
+
+    (tmp_path / "config.json").write_text("{}")
+    runtime = Runtime(engine_factory=Fake, dtype="int8")  # what m serve --dtype int8 sets
+    int8 = runtime.engine(str(tmp_path))
+    assert int8.kwargs["dtype"] == "int8"
+    assert runtime.engine(str(tmp_path), dtype="int8") is int8
+    fp32 = runtime.engine(str(tmp_path), dtype="float32")  # a session's own choice wins
+    assert fp32 is not int8 and fp32.kwargs["dtype"] == "float32"
+    assert runtime.engine(str(tmp_path), dtype="fp32") is fp32  # another spelling
+    auto = runtime.engine(str(tmp_path), dtype="auto")
+    assert (auto is fp32) == (resolve_format("auto", CPU) == "float32")
+    assert (auto is int8) == (resolve_format("auto", CPU) == "int8")
+
+
+def test_serve_settings_reach_the_runtime_and_bad_values_are_refused(tmp_path: Path):
+    from cli.serve.settings import ServeSettings, SettingsError, check_settings
+
+    settings = ServeSettings(program=str(tmp_path / "p.py"), dtype="bfloat16")
+    assert settings.runtime().dtype == "bfloat16"
+    assert ServeSettings(program="p.py").dtype == "auto"
+    with pytest.raises(SettingsError, match="--dtype 'fp8'"):
+        check_settings(ServeSettings(program="p.py", dtype="fp8"))
+
+
+def test_convert_weights_leaves_float32_alone():
+    model = nn.Sequential(nn.Linear(4, 4))
+    assert convert_weights(model, "float32")[0].__class__ is nn.Linear
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("fmt", ["bfloat16", "int8"])
+def test_format_passes_the_quality_bar_on_the_default_model(real_engine, fmt: str):
+    """Mean logprob of fp32's greedy continuations within 2 % of fp32's own, and
+    greedy outputs identical to fp32's for most of the 12 prompts (more than 6); see
+    mellea/engine/quality.py."""
+    from mellea.engine import quality
+    from mellea.engine.engine import Engine
+
+    assert real_engine.config.weights == "float32"
+    reference = quality.reference(real_engine)
+    engine = Engine(dtype=fmt)
+    try:
+        score = quality.compare(fmt, engine, reference)
+    finally:
+        engine.shutdown()
+    assert score.relative_logprob_drop <= quality.LOGPROB_TOLERANCE, score.summary()
+    assert score.exact_agreement > quality.MIN_AGREEMENT, score.summary()
+    assert score.passes
+
+
+def _round_weights_like(model: nn.Module, fmt: str) -> None:
+    """Round an fp32 model's linear layers as ``fmt`` stores them, keeping them fp32:
+    what remains between the two is the kernels' own rounding (and the LM head's, but
+    for its refined best logits)."""
+    with torch.no_grad():
+        for module in model.layers.modules():
+            if isinstance(module, nn.Linear):
+                w = module.weight
+                if fmt == "int8":
+                    q, scale = quantize_rows(w)
+                    w.copy_(q.float() * scale[:, None])
+                else:
+                    w.copy_(w.to(torch.bfloat16).float())
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "int8"])
+def test_every_family_runs_in_each_format(fmt: str, tmp_path_factory, tiny_model_dir: Path):
+    """Biases, untied heads, q/k norms, fused checkpoints, soft-capping: converted
+    weights serve every family. Against fp32 with the same rounded weights, only the
+    kernels' bf16 activations differ, so the next-token distributions stay close
+    (the tiny models' large random weights amplify that; a wrong row, scale or
+    layout puts the L1 distance near its maximum of 2)."""
+    from mellea.engine import quality
+    from mellea.engine.engine import Engine
+    from tests.engine.test_families import FAMILY_CONFIGS, build_family
+
+    for name in FAMILY_CONFIGS:
+        path = tmp_path_factory.mktemp(f"{name}-{fmt}")
+        build_family(name, path, tiny_model_dir)
+        fp32, other = Engine(str(path), dtype="float32"), Engine(str(path), dtype=fmt)
+        try:
+            assert not [m for m in other.runner.model.modules() if isinstance(m, nn.Linear)]
+            _round_weights_like(fp32.runner.model, fmt)
+            prompt = list(range(5, 40))
+            (continuation,) = quality.greedy_continuations(fp32, [prompt], 4)
+            want = quality.teacher_forced_logprobs(fp32, prompt, continuation)
+            got = quality.teacher_forced_logprobs(other, prompt, continuation)
+            distance = (got.exp() - want.exp()).abs().sum(-1).max().item()
+            assert distance < 0.4, (name, distance)
+        finally:
+            fp32.shutdown()
+            other.shutdown()
