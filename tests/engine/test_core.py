@@ -262,3 +262,30 @@ async def test_a_broken_last_delta_fails_its_request_and_frees_its_id(make_engin
     tokens, _, last = await asyncio.wait_for(collect(stream), 30)
     assert len(tokens) == 3 and last.finish_reason == "length"
     assert engine.stats()["kv_blocks_used"] == 0
+
+
+def test_the_engine_thread_builds_the_core_and_a_failed_build_raises(make_engine, monkeypatch):
+    """The model is built where it runs (one OpenMP team, see Engine), and what goes
+    wrong there reaches the caller of Engine() as itself."""
+    import threading
+
+    from mellea.engine import engine as engine_module
+
+    built_on: list[str] = []
+    real = engine_module.EngineCore
+
+    def recording(*args, **kwargs):
+        built_on.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "EngineCore", recording)
+    engine = make_engine()
+    assert built_on == ["mellea-engine"] and engine.core.runner.model is not None
+
+    def engine_threads() -> int:
+        return sum(t.name == "mellea-engine" for t in threading.enumerate())
+
+    running = engine_threads()
+    with pytest.raises(ValueError, match="holds no block"):
+        make_engine(kv_cache_memory=16)
+    assert engine_threads() == running  # the failed build's thread has ended
