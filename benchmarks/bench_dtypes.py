@@ -1,4 +1,4 @@
-"""Weight formats side by side: speed and quality of float32, bfloat16 and int8 on CPU.
+"""Weight formats side by side: speed and quality of float32, bfloat16, int8 and int4 on CPU.
 
 Loads the default model once per format (all kept in memory), then, for each
 concurrency level, runs the same streaming greedy workload through every format's
@@ -34,7 +34,7 @@ from benchmarks.bench_engine import (  # noqa: E402
 )
 
 RESULTS = Path(__file__).parent / "results" / "dtypes.json"
-FORMATS = ("float32", "bfloat16", "int8")
+FORMATS = ("float32", "bfloat16", "int8", "int4")
 
 
 def weight_bytes(model: Any) -> int:

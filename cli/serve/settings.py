@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 SETTINGS_ENV = "M_SERVE_SETTINGS_JSON"
 # The weight formats --dtype takes (mellea.engine.quant.FORMATS, without importing torch).
-DTYPES = ("auto", "float32", "bfloat16", "int8")
+DTYPES = ("auto", "float32", "bfloat16", "int8", "int4")
 
 
 @dataclass

@@ -137,7 +137,7 @@ class Runtime:
             if engine is not None:
                 return engine
             path = self._resolve(spec)
-            key = (str(path.resolve()), *_placement(engine_kwargs))
+            key = (str(path.resolve()), *_placement(engine_kwargs, path))
             with self._lock:
                 engine = self._engines.get(key)
             if engine is None:
@@ -271,14 +271,14 @@ def parse_memory(text: str) -> int | float:
     return float(cleaned) if "." in cleaned else int(cleaned)
 
 
-def _placement(kwargs: dict[str, Any]) -> tuple[str, str, Any]:
+def _placement(kwargs: dict[str, Any], path: Path) -> tuple[str, str, Any]:
     """The resolved device and weight format (``auto`` resolved), and the rest of the
     engine's arguments."""
     from mellea.engine.config import resolve_device
     from mellea.engine.quant import resolve_format
 
     device = resolve_device(kwargs.get("device"))
-    fmt = resolve_format(kwargs.get("dtype"), device)
+    fmt = resolve_format(kwargs.get("dtype"), device, path)
     rest = {k: v for k, v in kwargs.items() if k not in ("device", "dtype")}
     return str(device), fmt, _frozen(rest)
 

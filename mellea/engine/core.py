@@ -96,7 +96,7 @@ class EngineCore:
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             dtype=resolve_dtype(dtype, dev),
-            weights=resolve_format(dtype, dev),
+            weights=resolve_format(dtype, dev, path),
             device=dev,
         )
         per_token = self.model_config.kv_bytes_per_token(cfg.dtype)

@@ -1,5 +1,5 @@
-"""Two C++ ops for the CPU path: decode attention read straight from the paged KV
-cache, and RMSNorm fused with its residual add.
+"""C++ ops for the CPU path: decode attention read straight from the paged KV cache,
+RMSNorm fused with its residual add, and linear layers over int8 and int4 weights.
 
 The PyTorch decode path gathers each layer's KV blocks into a padded copy and runs
 SDPA on it: at 32 sequences of a few hundred tokens that copy is ~15 MB per layer
@@ -8,6 +8,10 @@ through the block tables: one task per sequence scores its query heads against
 the keys, takes the softmax and sums the values, in fp32 whatever the
 cache's dtype (fp32, bf16, fp16). :func:`rms_norm` does in one pass what took
 PyTorch six small ops (add, square, mean, rsqrt, two multiplies).
+:func:`int8_linear` and :func:`int4_linear` multiply fp32 activations by quantized
+weights widened to fp32 in registers (AVX-512 where the CPU has it, plain loops the
+compiler vectorizes elsewhere): a decode step reads a quarter or an eighth of the
+fp32 weights' bytes, and nothing but the weights is rounded.
 
 They are compiled on first use with the C++ compiler PyTorch's extensions use
 (20-30 s on 2 busy cores; the build is cached under ``TORCH_EXTENSIONS_DIR``, by
@@ -30,180 +34,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-_SOURCE = r"""
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-#include <algorithm>
-#include <cmath>
-#include <type_traits>
-#include <vector>
-
-namespace {
-
-template <typename T>
-inline const float* as_float(const T* src, float* buf, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    return src;
-  } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(src[i]);
-    return buf;
-  }
-}
-
-// One task per sequence, all heads together, so each cached token's K (and V) row of
-// Hk * D values is read once and in order.
-template <typename T>
-void decode(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_t* tables,
-            const int32_t* lens, T* out, int64_t batch, int64_t hq, int64_t hk, int64_t dim,
-            int64_t block, int64_t width, int64_t kv_block_stride, float scale, int64_t window) {
-  const int64_t groups = hq / hk, row_size = hk * dim;
-  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> qf(hq * dim), acc(hq * dim), scores, sums(hq), buf(row_size);
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t len = lens[b];
-      const int64_t first = window > 0 ? std::max<int64_t>(0, len - window) : 0;
-      const int64_t n = len - first;
-      const int32_t* table = tables + b * width;
-      for (int64_t j = 0; j < hq * dim; ++j)
-        qf[j] = static_cast<float>(q[b * q_stride + j]) * scale;
-      scores.resize(hq * n);
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t pos = first + t;
-        const float* row = as_float(
-            kc + table[pos / block] * kv_block_stride + (pos % block) * row_size, buf.data(),
-            row_size);
-        for (int64_t j = 0; j < hq; ++j) {
-          const float* qj = qf.data() + j * dim;
-          const float* k = row + (j / groups) * dim;
-          float s = 0.f;
-#pragma omp simd reduction(+ : s)
-          for (int64_t d = 0; d < dim; ++d) s += qj[d] * k[d];
-          scores[j * n + t] = s;
-        }
-      }
-      for (int64_t j = 0; j < hq; ++j) {
-        float* sc = scores.data() + j * n;
-        float top = -INFINITY;
-        for (int64_t t = 0; t < n; ++t) top = std::max(top, sc[t]);
-        float sum = 0.f;
-        for (int64_t t = 0; t < n; ++t) {
-          sc[t] = std::exp(sc[t] - top);
-          sum += sc[t];
-        }
-        sums[j] = sum;
-      }
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t pos = first + t;
-        const float* row = as_float(
-            vc + table[pos / block] * kv_block_stride + (pos % block) * row_size, buf.data(),
-            row_size);
-        for (int64_t j = 0; j < hq; ++j) {
-          const float p = scores[j * n + t];
-          const float* v = row + (j / groups) * dim;
-          float* a = acc.data() + j * dim;
-#pragma omp simd
-          for (int64_t d = 0; d < dim; ++d) a[d] += p * v[d];
-        }
-      }
-      for (int64_t j = 0; j < hq; ++j) {
-        const float inv = 1.f / sums[j];
-        T* o = out + (b * hq + j) * dim;
-        for (int64_t d = 0; d < dim; ++d) o[d] = static_cast<T>(acc[j * dim + d] * inv);
-      }
-    }
-  });
-}
-
-at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                        const at::Tensor& block_tables, const at::Tensor& context_lens,
-                        double scale, int64_t window) {
-  TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1 && q.stride(1) == q.size(2), "q: [B, Hq, D], heads dense");
-  TORCH_CHECK(k_cache.dim() == 4 && k_cache.stride(3) == 1 && k_cache.stride(2) == k_cache.size(3)
-                  && k_cache.stride(1) == k_cache.size(2) * k_cache.size(3),
-              "k_cache: [blocks, block_size, Hk, D], dense within a block");
-  TORCH_CHECK(v_cache.strides() == k_cache.strides() && v_cache.sizes() == k_cache.sizes(),
-              "v_cache laid out as k_cache");
-  TORCH_CHECK(block_tables.scalar_type() == at::kInt && block_tables.is_contiguous(), "tables");
-  TORCH_CHECK(context_lens.scalar_type() == at::kInt && context_lens.is_contiguous(), "lens");
-  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
-  auto out = at::empty(q.sizes(), q.options());
-  const int64_t batch = q.size(0), hq = q.size(1), dim = q.size(2);
-  const int64_t block = k_cache.size(1), hk = k_cache.size(2);
-  TORCH_CHECK(hq % hk == 0 && dim == k_cache.size(3), "head shapes");
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode", [&] {
-    decode<scalar_t>(q.data_ptr<scalar_t>(), q.stride(0), k_cache.data_ptr<scalar_t>(),
-                     v_cache.data_ptr<scalar_t>(), block_tables.data_ptr<int32_t>(),
-                     context_lens.data_ptr<int32_t>(), out.data_ptr<scalar_t>(), batch, hq, hk,
-                     dim, block, block_tables.size(1), k_cache.stride(0),
-                     static_cast<float>(scale), window);
-  });
-  return out;
-}
-
-// out = RMSNorm(x (+ residual)) * weight, as the reference: normalized in fp32, rounded
-// to x's dtype, then times the weight. With a residual, residual becomes x + residual.
-template <typename T>
-void rms_rows(const T* x, T* residual, const T* weight, T* out, int64_t rows, int64_t hidden,
-              int64_t x_stride, float eps) {
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    std::vector<float> buf(hidden);
-    for (int64_t r = begin; r < end; ++r) {
-      const T* xr = x + r * x_stride;
-      float ss = 0.f;
-      if (residual != nullptr) {
-        T* res = residual + r * hidden;
-        for (int64_t i = 0; i < hidden; ++i) {
-          const T sum = static_cast<T>(static_cast<float>(xr[i]) + static_cast<float>(res[i]));
-          res[i] = sum;
-          buf[i] = static_cast<float>(sum);
-        }
-      } else {
-        for (int64_t i = 0; i < hidden; ++i) buf[i] = static_cast<float>(xr[i]);
-      }
-#pragma omp simd reduction(+ : ss)
-      for (int64_t i = 0; i < hidden; ++i) ss += buf[i] * buf[i];
-      const float inv = 1.f / std::sqrt(ss / static_cast<float>(hidden) + eps);
-      T* o = out + r * hidden;
-      for (int64_t i = 0; i < hidden; ++i)
-        o[i] = static_cast<T>(static_cast<float>(static_cast<T>(buf[i] * inv)) *
-                              static_cast<float>(weight[i]));
-    }
-  });
-}
-
-// x: [T, H] (rows may be strided). With a residual (dense [T, H], updated in place).
-at::Tensor rms_norm(const at::Tensor& x, const c10::optional<at::Tensor>& residual,
-                    const at::Tensor& weight, double eps) {
-  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x: [T, H], rows dense");
-  TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(1), "weight: [H]");
-  TORCH_CHECK(weight.scalar_type() == x.scalar_type(), "weight and x dtypes differ");
-  if (residual.has_value()) {
-    TORCH_CHECK(residual->is_contiguous() && residual->sizes() == x.sizes() &&
-                    residual->scalar_type() == x.scalar_type(),
-                "residual: dense, shaped and typed as x");
-  }
-  auto out = at::empty(x.sizes(), x.options());
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rms_norm", [&] {
-    rms_rows<scalar_t>(x.data_ptr<scalar_t>(),
-                       residual.has_value() ? residual->data_ptr<scalar_t>() : nullptr,
-                       weight.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), x.size(0),
-                       x.size(1), x.stride(0), static_cast<float>(eps));
-  });
-  return out;
-}
-
-}  // namespace
-
-TORCH_LIBRARY(mellea_cpu, m) {
-  m.def("paged_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-        "Tensor context_lens, float scale, int window) -> Tensor");
-  m.def("rms_norm(Tensor x, Tensor(a!)? residual, Tensor weight, float eps) -> Tensor");
-  m.impl("paged_decode", c10::DispatchKey::CPU, TORCH_FN(paged_decode));
-  m.impl("rms_norm", c10::DispatchKey::CPU, TORCH_FN(rms_norm));
-}
-"""
+_SOURCE_FILE = Path(__file__).with_suffix(".cpp")  # the ops, in C++
 
 _lock = threading.Lock()
 _state: dict[str, bool] = {}
@@ -224,14 +55,15 @@ def _build() -> bool:
 
     # -march=native: a build is only valid for this CPU's instruction set, so the name
     # (hence the cached build) depends on it too, in case the cache dir is shared.
-    digest = hashlib.sha256((_SOURCE + _cpu_flags()).encode()).hexdigest()[:12]
+    source_text = _SOURCE_FILE.read_text()
+    digest = hashlib.sha256((source_text + _cpu_flags()).encode()).hexdigest()[:12]
     name = f"mellea_cpu_kernels_{digest}"
     src_dir = Path(tempfile.gettempdir()) / "mellea_cpu_kernels"
     src_dir.mkdir(parents=True, exist_ok=True)
     source = src_dir / f"{name}.cpp"
     if not source.exists():
         tmp = source.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(_SOURCE)
+        tmp.write_text(source_text)
         tmp.replace(source)
     cpp_extension.load(
         name=name,
@@ -296,3 +128,25 @@ def rms_norm(
     if x.stride(-1) != 1:
         x = x.contiguous()
     return torch.ops.mellea_cpu.rms_norm(x, residual, weight, eps)
+
+
+def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``x`` [M, K] fp32 @ (``qweight`` [N, K] int8 * ``scale`` [N])^T -> [M, N] fp32, the
+    weights widened to fp32 in registers. Call :func:`available` first."""
+    return torch.ops.mellea_cpu.int8_linear(x.contiguous(), qweight, scale)
+
+
+def int4_linear(
+    x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
+) -> torch.Tensor:
+    """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for 4-bit weights in groups of 32
+    (:func:`mellea.engine.quant.quantize_groups` gives the layout). Call
+    :func:`available` first."""
+    return torch.ops.mellea_cpu.int4_linear(x.contiguous(), qweight, scales, mins)
+
+
+def int4_dequantize(
+    qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
+) -> torch.Tensor:
+    """The fp32 weight [N, K] that :func:`int4_linear`'s operands stand for."""
+    return torch.ops.mellea_cpu.int4_dequantize(qweight, scales, mins)

@@ -17,11 +17,16 @@ its fp32 rows (:class:`RefinedHead`).
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-FORMATS = ("auto", "float32", "bfloat16", "int8")
+from mellea.engine import cpu_kernels
+
+FORMATS = ("auto", "float32", "bfloat16", "int8", "int4")
 # Other spellings the engine has accepted for its ``dtype`` argument.
 _ALIASES = {
     "fp32": "float32",
@@ -31,9 +36,6 @@ _ALIASES = {
     "half": "float16",
     "float16": "float16",
 }
-# What ``auto`` picks on a CPU with native bf16: int8 was the fastest format that
-# passed the quality bar at 1 and 8 streams (benchmarks/bench_dtypes.py).
-AUTO_CPU_NATIVE_BF16 = "int8"
 _TORCH = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -43,13 +45,19 @@ def cpu_has_native_bf16() -> bool:
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
 
-def resolve_format(dtype: str | torch.dtype | None, device: torch.device) -> str:
-    """The weight format a ``dtype`` setting means on ``device``.
+def resolve_format(
+    dtype: str | torch.dtype | None, device: torch.device, model_path: str | Path | None = None
+) -> str:
+    """The weight format a ``dtype`` setting means on ``device`` (for the checkpoint at
+    ``model_path``, which ``auto`` reads).
 
     ``None`` is ``float32`` on CPU (the exact path, the library's default) and
-    ``bfloat16`` on a GPU. ``"auto"`` is :data:`AUTO_CPU_NATIVE_BF16` on a CPU with
-    native bf16, ``float32`` on other CPUs and ``bfloat16`` on a GPU. ``ValueError`` for an unknown
-    name, or a format the device cannot run (int8 is CPU-only).
+    ``bfloat16`` on a GPU. ``"auto"`` on a GPU is ``bfloat16``; on a CPU it is the
+    fastest format that loses nothing or passed our quality bar: ``int4`` when the
+    checkpoint's linear weights are 4-bit already (a Q4 GGUF, like the default model),
+    so that int4 holds them exactly; otherwise ``int8`` where the C++ kernels (or
+    native bf16) make it fast; otherwise ``float32``. ``ValueError`` for an unknown
+    name, or a format the device cannot run (int8 and int4 are CPU-only).
     """
     if isinstance(dtype, torch.dtype):
         names = {v: k for k, v in _TORCH.items()}
@@ -65,15 +73,18 @@ def resolve_format(dtype: str | torch.dtype | None, device: torch.device) -> str
     if fmt == "auto":
         if device.type != "cpu":
             return "bfloat16"
-        return AUTO_CPU_NATIVE_BF16 if cpu_has_native_bf16() else "float32"
-    if fmt == "int8" and device.type != "cpu":
-        raise ValueError("dtype 'int8' runs on CPU only")
+        kernels = cpu_kernels.available()
+        if kernels and model_path is not None and checkpoint_is_4bit(Path(model_path)):
+            return "int4"
+        return "int8" if kernels or cpu_has_native_bf16() else "float32"
+    if fmt in ("int8", "int4") and device.type != "cpu":
+        raise ValueError(f"dtype {fmt!r} runs on CPU only")
     return fmt
 
 
 def compute_dtype(fmt: str, device: torch.device) -> torch.dtype:
     """The dtype the forward pass and KV cache use for a resolved format."""
-    if fmt == "int8" or (device.type == "cpu" and fmt == "bfloat16"):
+    if fmt in ("int8", "int4") or (device.type == "cpu" and fmt == "bfloat16"):
         return torch.float32  # weights converted after load (convert_weights)
     return _TORCH[fmt]
 
@@ -100,21 +111,30 @@ class Bf16Linear(nn.Module):
         return out if self.bias is None else out + self.bias
 
 
-# Up to this many rows, int8pack_mm is faster than widening the weights to bf16 for
-# the bf16 GEMM (its cost grows with the rows, the widening's does not): measured on
-# an AVX512-BF16/AMX CPU, 1536x576 weights: 8 rows 184 us vs 260, 16 rows 357 vs 280.
+# Up to this many rows (decode steps), the C++ kernels' multiply beats widening the
+# weights for a GEMM; longer inputs (prompt chunks, wide batches) take the GEMM.
+# Measured on the 2-core AVX512-BF16 CPU, one thread, 3072x576: int8 at 16 rows
+# 0.70 ms against 0.71 for the bf16 GEMM, at 32 rows 1.42 against 0.90; int4 at 32
+# rows 1.71 ms against 1.66 for dequantizing and the fp32 GEMM.
+INT8_KERNEL_MAX_ROWS = 16
+INT4_KERNEL_MAX_ROWS = 32
+# Without the C++ kernels: up to this many rows, int8pack_mm is faster than widening
+# the weights to bf16 for the bf16 GEMM (its cost grows with the rows, the widening's
+# does not): on an AVX512-BF16/AMX CPU, 1536x576: 8 rows 184 us vs 260, 16 rows 357 vs 280.
 INT8PACK_MAX_ROWS = 12
 
 
 class Int8Linear(nn.Module):
     """A linear layer with per-output-channel symmetric int8 weights (weight-only).
 
-    Multiplies with ``aten._weight_int8pack_mm`` (activations rounded to bf16, the
-    int8 weights widened in registers, each output channel scaled) for up to
-    :data:`INT8PACK_MAX_ROWS` rows (decode steps); longer inputs (prompt chunks) widen
-    the weights to bf16 for the bf16 GEMM. Returns the input's dtype. Activations are never quantized: fbgemm's int8 GEMM, which
-    quantizes them per call, was 5x faster here but lost 130 % of the mean logprob
-    on the default model (outlier channels), see docs/engine.md.
+    Up to :data:`INT8_KERNEL_MAX_ROWS` rows go to :func:`cpu_kernels.int8_linear` (fp32
+    activations, the weights widened in registers); without the C++ kernels, to
+    ``aten._weight_int8pack_mm`` (activations rounded to bf16) for up to
+    :data:`INT8PACK_MAX_ROWS`. Longer inputs (prompt chunks) widen the weights to bf16
+    for the bf16 GEMM. Returns the input's dtype. Activations are never quantized:
+    fbgemm's int8 GEMM, which quantizes them per call, was 5x faster here but lost
+    130 % of the mean logprob on the default model (outlier channels), see
+    docs/engine.md.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -123,22 +143,159 @@ class Int8Linear(nn.Module):
         self.out_features, self.in_features = q.shape
         self.register_buffer("qweight", q)
         self.register_buffer("scale", scale)  # fp32
-        self.register_buffer("scale_bf16", scale.to(torch.bfloat16))  # what the kernel takes
+        self.register_buffer("scale_bf16", scale.to(torch.bfloat16))  # what int8pack takes
         self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
+        self.kernel = cpu_kernels.available()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in] -> [..., out] in ``x``'s dtype."""
-        flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        if flat.shape[0] <= INT8PACK_MAX_ROWS:
-            out = torch.ops.aten._weight_int8pack_mm(flat, self.qweight, self.scale_bf16)
+        flat = x.reshape(-1, self.in_features)
+        rows = flat.shape[0]
+        if self.kernel and rows <= INT8_KERNEL_MAX_ROWS:
+            out = cpu_kernels.int8_linear(flat.float(), self.qweight, self.scale)
+        elif rows <= INT8PACK_MAX_ROWS:
+            bf16 = flat.to(torch.bfloat16)
+            out = torch.ops.aten._weight_int8pack_mm(bf16, self.qweight, self.scale_bf16)
         else:  # prompt chunks: widen to bf16 (exact for int8) and use the bf16 GEMM
-            out = F.linear(flat, self.qweight.to(torch.bfloat16)).float() * self.scale
+            bf16 = flat.to(torch.bfloat16)
+            out = F.linear(bf16, self.qweight.to(torch.bfloat16)).float() * self.scale
         out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias
 
     def dequantized(self) -> torch.Tensor:
         """The fp32 weight this layer stands for."""
         return self.qweight.float() * self.scale[:, None]
+
+
+GROUP = 32  # int4 weights: elements per group (along the input dimension)
+
+
+def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric 4-bit in groups of :data:`GROUP` along each row, GGUF Q4_1's scheme:
+    ``w ~= q * scale + min`` with ``q`` in 0..15, ``min`` the group's smallest value
+    and ``scale`` its range / 15, both stored in fp16 (as Q4_1 stores them). Returns
+    (packed [N, K/2] uint8, scales [N, K/32] fp16, mins [N, K/32] fp16); byte
+    ``16 g + j`` of a row holds element ``j`` of group ``g`` in its low nibble and
+    element ``j + 16`` in its high one (the kernel's layout)."""
+    n, k = weight.shape
+    if k % GROUP:
+        raise ValueError(f"int4 needs an input size divisible by {GROUP}, not {k}")
+    groups = weight.detach().float().reshape(n, k // GROUP, GROUP)
+    low = groups.amin(-1).half()
+    scale = ((groups.amax(-1) - low.float()) / 15).half()
+    safe = torch.where(scale > 0, scale.float(), torch.ones_like(scale, dtype=torch.float32))
+    q = torch.round((groups - low.float()[..., None]) / safe[..., None])
+    q = q.clamp(0, 15).to(torch.uint8)
+    packed = q[..., : GROUP // 2] | (q[..., GROUP // 2 :] << 4)
+    return packed.reshape(n, k // 2).contiguous(), scale.contiguous(), low.contiguous()
+
+
+def dequantize_groups(
+    packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
+) -> torch.Tensor:
+    """The fp32 weight [N, K] that :func:`quantize_groups`' output stands for."""
+    n = packed.shape[0]
+    halves = packed.reshape(n, -1, GROUP // 2)
+    q = torch.cat([halves & 0x0F, halves >> 4], dim=-1).float()
+    return (q * scales.float()[..., None] + mins.float()[..., None]).reshape(n, -1)
+
+
+# A checkpoint is 4-bit already when int4 reproduces its weights to within this
+# fraction of each group's step (fp32 rounding of the stored dequantized values).
+EXACT_INT4 = 1e-3
+
+
+def int4_is_exact(weight: torch.Tensor) -> bool:
+    """Whether :func:`quantize_groups` holds ``weight`` [N, K] without loss: true for
+    weights dequantized from a Q4_0, Q4_1 or Q4_K GGUF, false for trained fp weights."""
+    if weight.dim() != 2 or weight.shape[1] % GROUP:
+        return False
+    packed, scales, mins = quantize_groups(weight)
+    error = (dequantize_groups(packed, scales, mins) - weight.float()).abs()
+    step = scales.float().repeat_interleave(GROUP, dim=1)
+    return bool((error <= EXACT_INT4 * step + 1e-12).all())
+
+
+# Checkpoint tensors that are not linear layers (embeddings, norms, heads).
+_NOT_LINEAR = ("embed", "lm_head", "norm", "wte", "wpe")
+
+
+def checkpoint_is_4bit(model_dir: Path, rows: int = 64) -> bool:
+    """Whether every linear weight of the safetensors checkpoint in ``model_dir`` is 4-bit
+    already: :func:`quantize_groups` holds each tensor's first ``rows`` rows exactly (a
+    GGUF's tensor types are per tensor, so a slice tells).
+
+    NumPy, not torch: this runs on the caller's thread, and a parallel torch op there
+    would give that thread an OpenMP team of its own beside the engine thread's (see
+    :class:`mellea.engine.engine.Engine`).
+    """
+    import numpy as np
+    from safetensors import safe_open
+
+    files = sorted(model_dir.glob("*.safetensors"))
+    seen = 0
+    for file in files:
+        with safe_open(str(file), framework="np") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                if not name.endswith(".weight") or any(part in name for part in _NOT_LINEAR):
+                    continue
+                piece = f.get_slice(name)
+                shape = piece.get_shape()
+                if len(shape) != 2:
+                    continue
+                seen += 1
+                if shape[1] % GROUP or not _groups_exact(np.asarray(piece[:rows], np.float32)):
+                    return False
+    return seen > 0
+
+
+def _groups_exact(weight: Any) -> bool:
+    """:func:`int4_is_exact` for a NumPy array (the same rounding, step by step)."""
+    import numpy as np
+
+    groups = weight.reshape(weight.shape[0], -1, GROUP)
+    low = groups.min(-1).astype(np.float16).astype(np.float32)
+    scale = ((groups.max(-1) - low) / 15).astype(np.float16).astype(np.float32)
+    safe = np.where(scale > 0, scale, 1.0)
+    q = np.clip(np.round((groups - low[..., None]) / safe[..., None]), 0, 15)
+    error = np.abs(q * scale[..., None] + low[..., None] - groups)
+    return bool((error <= EXACT_INT4 * scale[..., None] + 1e-12).all())
+
+
+class Int4Linear(nn.Module):
+    """A linear layer with 4-bit weights in groups of 32 (:func:`quantize_groups`).
+
+    Up to :data:`INT4_KERNEL_MAX_ROWS` rows go to :func:`cpu_kernels.int4_linear` (fp32
+    activations, each group widened to fp32 in registers); longer inputs, or a machine
+    without the C++ kernels, dequantize the weight to fp32 for the fp32 GEMM. Either
+    way only the weights are rounded.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        packed, scales, mins = quantize_groups(weight)
+        self.out_features, self.in_features = weight.shape
+        self.register_buffer("qweight", packed)
+        self.register_buffer("scales", scales)
+        self.register_buffer("mins", mins)
+        self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
+        self.kernel = cpu_kernels.available()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [..., in] -> [..., out] in ``x``'s dtype."""
+        flat = x.reshape(-1, self.in_features).float()
+        if self.kernel and flat.shape[0] <= INT4_KERNEL_MAX_ROWS:
+            out = cpu_kernels.int4_linear(flat, self.qweight, self.scales, self.mins)
+        else:
+            out = F.linear(flat, self.dequantized())
+        out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias
+
+    def dequantized(self) -> torch.Tensor:
+        """The fp32 weight this layer stands for."""
+        if self.kernel:
+            return cpu_kernels.int4_dequantize(self.qweight, self.scales, self.mins)
+        return dequantize_groups(self.qweight, self.scales, self.mins)
 
 
 # How many of the best logits the LM head recomputes in fp32 (see RefinedHead).
@@ -151,13 +308,13 @@ class RefinedHead(nn.Module):
 
     The fast kernel scores the whole vocabulary (reading a half or a quarter of fp32's
     bytes); the :data:`HEAD_REFINE` best of each row are then recomputed from the fp32
-    hidden state and ``exact``, the fp32 weight rows (a few dozen rows: cheap). The
-    kernels return bf16, which rounds a logit near 20 to steps of 1/8 and makes ties
-    that fp32 tells apart; refining from the fp32 rows also takes the weights' own
-    rounding out of the greedy choice and the top logprobs.
+    hidden state and ``exact``, the fp32 weight rows (a few dozen rows: cheap). That
+    takes the weights' rounding out of the greedy choice and the top logprobs, and the
+    output rounding of the bf16 kernels too (a logit near 20 in bf16 has steps of 1/8,
+    which makes ties that fp32 tells apart).
     """
 
-    def __init__(self, inner: Bf16Linear | Int8Linear, exact: torch.Tensor) -> None:
+    def __init__(self, inner: nn.Module, exact: torch.Tensor) -> None:
         super().__init__()
         self.inner = inner
         self.register_buffer("exact", exact.detach().float())
@@ -172,10 +329,13 @@ class RefinedHead(nn.Module):
         return logits.scatter_(-1, top, exact)
 
 
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> Bf16Linear | Int8Linear:
-    """A ``fmt`` layer over an fp32 weight (and bias)."""
+def _linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> nn.Module:
+    """A ``fmt`` layer over an fp32 weight (and bias); int4 needs an input size that
+    groups of 32 divide, and a layer without one is stored in int8."""
     if fmt == "bfloat16":
         return Bf16Linear(weight, bias)
+    if fmt == "int4" and weight.shape[1] % GROUP == 0:
+        return Int4Linear(weight, bias)
     return Int8Linear(weight, bias)
 
 
@@ -186,10 +346,11 @@ def convert_weights(model: nn.Module, fmt: str) -> nn.Module:
 
     The embedding stays fp32: a lookup reads one row per token, so its format costs
     nothing in speed, while rounded input embeddings move every later layer. The LM
-    head (the embedding table, when tied) scores in ``fmt`` and refines from its fp32
-    rows. ``float32`` (and ``float16``) change nothing.
+    head (the embedding table, when tied) scores in ``fmt``, a search for candidates,
+    and refines the best from its fp32 rows. ``float32`` (and ``float16``) change
+    nothing.
     """
-    if fmt not in ("bfloat16", "int8"):
+    if fmt not in ("bfloat16", "int8", "int4"):
         return model  # loaded in this dtype already
     head = getattr(model, "lm_head", None)
     for parent in list(model.modules()):

@@ -102,3 +102,42 @@ def test_mixed_precisions_are_converted_not_refused() -> None:
     got = cpu_kernels.rms_norm(x, weight, 1e-6, residual)
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(residual, want_residual)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 7, 17])  # activation rows: tiles of 4 and the rest
+@pytest.mark.parametrize(("n", "k"), [(70, 64), (9, 40)])  # weight rows not in 4s; K % 16 != 0
+def test_int8_linear_matches_the_dequantized_matmul(rows: int, n: int, k: int) -> None:
+    torch.manual_seed(0)
+    q = torch.randint(-127, 128, (n, k), dtype=torch.int8)
+    scale = torch.rand(n) + 0.01
+    x = torch.randn(rows, k)
+    want = x.double() @ (q.double() * scale.double()[:, None]).T
+    got = cpu_kernels.int8_linear(x, q, scale)
+    assert got.dtype == torch.float32 and got.shape == (rows, n)
+    torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 33])
+@pytest.mark.parametrize(("n", "k"), [(70, 64), (6, 96)])
+def test_int4_linear_and_dequantize_match_the_layout(rows: int, n: int, k: int) -> None:
+    torch.manual_seed(0)
+    nibbles = torch.randint(0, 16, (n, k // 32, 32), dtype=torch.uint8)
+    packed = (nibbles[..., :16] | (nibbles[..., 16:] << 4)).reshape(n, k // 2).contiguous()
+    scales, mins = torch.rand(n, k // 32).half(), torch.randn(n, k // 32).half()
+    weight = (nibbles.double() * scales.double()[..., None] + mins.double()[..., None]).view(n, k)
+    got_weight = cpu_kernels.int4_dequantize(packed, scales, mins)
+    torch.testing.assert_close(got_weight.double(), weight, atol=1e-6, rtol=1e-6)
+    x = torch.randn(rows, k)
+    got = cpu_kernels.int4_linear(x, packed, scales, mins)
+    assert got.dtype == torch.float32 and got.shape == (rows, n)
+    torch.testing.assert_close(got.double(), x.double() @ weight.T, atol=1e-4, rtol=1e-5)
+
+
+def test_quantized_linears_refuse_mismatched_operands() -> None:
+    q, scale = torch.zeros(8, 32, dtype=torch.int8), torch.ones(8)
+    with pytest.raises(RuntimeError, match="qweight"):
+        cpu_kernels.int8_linear(torch.randn(2, 16), q, scale)
+    with pytest.raises(RuntimeError, match=r"K a multiple of 32|qweight"):
+        cpu_kernels.int4_linear(
+            torch.randn(2, 48), torch.zeros(8, 24, dtype=torch.uint8), scale.half(), scale.half()
+        )

@@ -11,6 +11,7 @@ from torch import nn
 from mellea.engine.quant import (
     FORMATS,
     Bf16Linear,
+    Int4Linear,
     Int8Linear,
     RefinedHead,
     convert_weights,
@@ -76,19 +77,78 @@ def test_resolve_format_names_and_errors():
     assert resolve_format(torch.float32, CPU) == "float32"
     assert resolve_format("auto", CPU) in FORMATS[1:]
     assert resolve_format("auto", torch.device("cuda")) == "bfloat16"
-    with pytest.raises(ValueError, match="unknown dtype 'int4'"):
-        resolve_format("int4", CPU)
-    with pytest.raises(ValueError, match="CPU only"):
-        resolve_format("int8", torch.device("cuda"))
+    with pytest.raises(ValueError, match="unknown dtype 'int3'"):
+        resolve_format("int3", CPU)
+    for fmt in ("int8", "int4"):
+        with pytest.raises(ValueError, match="CPU only"):
+            resolve_format(fmt, torch.device("cuda"))
 
 
-def test_auto_is_float32_on_a_cpu_without_native_bf16(monkeypatch):
+def _checkpoint(path: Path, weight: torch.Tensor) -> Path:
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {
+            "model.embed_tokens.weight": torch.randn(10, weight.shape[1]),
+            "model.layers.0.self_attn.q_proj.weight": weight.contiguous(),
+            "model.norm.weight": torch.ones(weight.shape[1]),
+        },
+        str(path / "model.safetensors"),
+    )
+    return path
+
+
+def test_auto_picks_int4_for_a_4bit_checkpoint_else_int8_or_float32(tmp_path, monkeypatch):
     import mellea.engine.quant as quant
 
+    torch.manual_seed(0)
+    trained = torch.randn(64, 96)
+    four_bit = quant.dequantize_groups(*quant.quantize_groups(trained))  # as from a Q4 GGUF
+    q4_dir, fp_dir = _checkpoint(tmp_path / "q4", four_bit), _checkpoint(tmp_path / "fp", trained)
+    assert quant.checkpoint_is_4bit(q4_dir) and not quant.checkpoint_is_4bit(fp_dir)
+    monkeypatch.setattr(quant.cpu_kernels, "available", lambda: True)
+    assert quant.resolve_format("auto", CPU, q4_dir) == "int4"
+    assert quant.resolve_format("auto", CPU, fp_dir) == "int8"
+    assert quant.resolve_format("auto", CPU) == "int8"  # no checkpoint to read
+    monkeypatch.setattr(quant.cpu_kernels, "available", lambda: False)
     monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: False)
-    assert quant.resolve_format("auto", CPU) == "float32"
+    assert quant.resolve_format("auto", CPU, q4_dir) == "float32"
     monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: True)
-    assert quant.resolve_format("auto", CPU) == quant.AUTO_CPU_NATIVE_BF16
+    assert quant.resolve_format("auto", CPU, q4_dir) == "int8"
+
+
+def test_int4_groups_round_trip_and_tell_4bit_weights_apart():
+    from mellea.engine.quant import dequantize_groups, int4_is_exact, quantize_groups
+
+    torch.manual_seed(0)
+    weight = torch.randn(5, 64)
+    packed, scales, mins = quantize_groups(weight)
+    assert packed.shape == (5, 32) and packed.dtype == torch.uint8
+    assert scales.shape == mins.shape == (5, 2)
+    assert scales.dtype == mins.dtype == torch.float16
+    back = dequantize_groups(packed, scales, mins)
+    step = scales.float().repeat_interleave(32, dim=1)
+    assert ((back - weight).abs() <= step / 2 + 2e-3).all()  # the nearest step (fp16 scales)
+    assert torch.equal(mins, weight.view(5, 2, 32).amin(-1).half())  # each group's minimum
+    assert not int4_is_exact(weight) and int4_is_exact(back)
+    constant = torch.full((2, 32), 0.5)  # a group of one value: no step at all
+    assert torch.equal(dequantize_groups(*quantize_groups(constant)), constant)
+    with pytest.raises(ValueError, match="divisible by 32"):
+        quantize_groups(torch.randn(3, 40))
+
+
+@pytest.mark.parametrize("rows", [1, 31, 32, 33, 70])  # the kernel and the fp32 GEMM
+def test_int4_linear_is_exact_for_its_stored_weights(rows: int):
+    from mellea.engine.quant import Int4Linear
+
+    torch.manual_seed(0)
+    weight, bias = torch.randn(48, 64), torch.randn(48)
+    layer = Int4Linear(weight, bias)
+    x = torch.randn(rows, 64)
+    want = x.double() @ layer.dequantized().double().T + bias.double()
+    torch.testing.assert_close(layer(x).double(), want, atol=1e-4, rtol=1e-5)
+    assert (layer(x) - (x @ weight.T + bias)).abs().max() > 1e-3  # it is 4-bit, though
 
 
 def test_settings_list_the_same_formats_as_the_engine():
@@ -97,7 +157,7 @@ def test_settings_list_the_same_formats_as_the_engine():
     assert DTYPES == FORMATS
 
 
-@pytest.mark.parametrize("fmt", ["bfloat16", "int8"])
+@pytest.mark.parametrize("fmt", ["bfloat16", "int8", "int4"])
 def test_engine_converts_its_weights_and_stays_close_to_fp32(make_engine, fmt: str):
     fp32 = make_engine(dtype="float32")
     other = make_engine(dtype=fmt)
@@ -105,7 +165,7 @@ def test_engine_converts_its_weights_and_stays_close_to_fp32(make_engine, fmt: s
     assert other.config.weights == fmt and other.config.dtype == torch.float32
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     assert linears == []  # every linear layer converted
-    wanted = Bf16Linear if fmt == "bfloat16" else Int8Linear
+    wanted = {"bfloat16": Bf16Linear, "int8": Int8Linear, "int4": Int4Linear}[fmt]
     assert isinstance(model.layers[0].mlp.down_proj, wanted)
     assert isinstance(model.lm_head, RefinedHead)  # the tied head, over the embedding table
     assert isinstance(model.lm_head.inner, wanted)
@@ -113,6 +173,8 @@ def test_engine_converts_its_weights_and_stays_close_to_fp32(make_engine, fmt: s
     assert torch.equal(model.lm_head.exact, model.embed_tokens.weight)
     from mellea.engine import quality
 
+    if fmt == "int4":  # 4 bits of the tiny model's large random weights move it far:
+        _round_weights_like(fp32.runner.model, fmt)  # compare with the same weights
     prompt = fp32.tokenizer.encode("The tiny model says")
     (continuation,) = quality.greedy_continuations(fp32, [prompt], 8)
     want = quality.teacher_forced_logprobs(fp32, prompt, continuation)
@@ -163,11 +225,12 @@ def test_convert_weights_leaves_float32_alone():
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("fmt", ["bfloat16", "int8"])
+@pytest.mark.parametrize("fmt", ["bfloat16", "int8", "int4"])
 def test_format_passes_the_quality_bar_on_the_default_model(real_engine, fmt: str):
     """Mean logprob of fp32's greedy continuations within 2 % of fp32's own, and
     greedy outputs identical to fp32's for most of the 12 prompts (more than 6); see
-    mellea/engine/quality.py."""
+    mellea/engine/quality.py. The default model's linear layers are 4-bit in its GGUF,
+    so int4 holds them exactly: all 12 identical."""
     from mellea.engine import quality
     from mellea.engine.engine import Engine
 
@@ -181,24 +244,30 @@ def test_format_passes_the_quality_bar_on_the_default_model(real_engine, fmt: st
     assert score.relative_logprob_drop <= quality.LOGPROB_TOLERANCE, score.summary()
     assert score.exact_agreement > quality.MIN_AGREEMENT, score.summary()
     assert score.passes
+    if fmt == "int4":
+        assert score.exact_agreement == 1.0, score.summary()
 
 
 def _round_weights_like(model: nn.Module, fmt: str) -> None:
     """Round an fp32 model's linear layers as ``fmt`` stores them, keeping them fp32:
     what remains between the two is the kernels' own rounding (and the LM head's, but
     for its refined best logits)."""
+    from mellea.engine.quant import GROUP, dequantize_groups, quantize_groups
+
     with torch.no_grad():
         for module in model.layers.modules():
             if isinstance(module, nn.Linear):
                 w = module.weight
-                if fmt == "int8":
+                if fmt == "int4" and w.shape[1] % GROUP == 0:
+                    w.copy_(dequantize_groups(*quantize_groups(w)))
+                elif fmt in ("int8", "int4"):
                     q, scale = quantize_rows(w)
                     w.copy_(q.float() * scale[:, None])
                 else:
                     w.copy_(w.to(torch.bfloat16).float())
 
 
-@pytest.mark.parametrize("fmt", ["bfloat16", "int8"])
+@pytest.mark.parametrize("fmt", ["bfloat16", "int8", "int4"])
 def test_every_family_runs_in_each_format(fmt: str, tmp_path_factory, tiny_model_dir: Path):
     """Biases, untied heads, q/k norms, fused checkpoints, soft-capping: converted
     weights serve every family. Against fp32 with the same rounded weights, only the

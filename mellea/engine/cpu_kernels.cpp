@@ -1,0 +1,405 @@
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+#include <algorithm>
+#include <cstdint>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+template <typename T>
+inline const float* as_float(const T* src, float* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return src;
+  } else {
+    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(src[i]);
+    return buf;
+  }
+}
+
+// One task per sequence, all heads together, so each cached token's K (and V) row of
+// Hk * D values is read once and in order.
+template <typename T>
+void decode(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_t* tables,
+            const int32_t* lens, T* out, int64_t batch, int64_t hq, int64_t hk, int64_t dim,
+            int64_t block, int64_t width, int64_t kv_block_stride, float scale, int64_t window) {
+  const int64_t groups = hq / hk, row_size = hk * dim;
+  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> qf(hq * dim), acc(hq * dim), scores, sums(hq), buf(row_size);
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t len = lens[b];
+      const int64_t first = window > 0 ? std::max<int64_t>(0, len - window) : 0;
+      const int64_t n = len - first;
+      const int32_t* table = tables + b * width;
+      for (int64_t j = 0; j < hq * dim; ++j)
+        qf[j] = static_cast<float>(q[b * q_stride + j]) * scale;
+      scores.resize(hq * n);
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t pos = first + t;
+        const float* row = as_float(
+            kc + table[pos / block] * kv_block_stride + (pos % block) * row_size, buf.data(),
+            row_size);
+        for (int64_t j = 0; j < hq; ++j) {
+          const float* qj = qf.data() + j * dim;
+          const float* k = row + (j / groups) * dim;
+          float s = 0.f;
+#pragma omp simd reduction(+ : s)
+          for (int64_t d = 0; d < dim; ++d) s += qj[d] * k[d];
+          scores[j * n + t] = s;
+        }
+      }
+      for (int64_t j = 0; j < hq; ++j) {
+        float* sc = scores.data() + j * n;
+        float top = -INFINITY;
+        for (int64_t t = 0; t < n; ++t) top = std::max(top, sc[t]);
+        float sum = 0.f;
+        for (int64_t t = 0; t < n; ++t) {
+          sc[t] = std::exp(sc[t] - top);
+          sum += sc[t];
+        }
+        sums[j] = sum;
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t pos = first + t;
+        const float* row = as_float(
+            vc + table[pos / block] * kv_block_stride + (pos % block) * row_size, buf.data(),
+            row_size);
+        for (int64_t j = 0; j < hq; ++j) {
+          const float p = scores[j * n + t];
+          const float* v = row + (j / groups) * dim;
+          float* a = acc.data() + j * dim;
+#pragma omp simd
+          for (int64_t d = 0; d < dim; ++d) a[d] += p * v[d];
+        }
+      }
+      for (int64_t j = 0; j < hq; ++j) {
+        const float inv = 1.f / sums[j];
+        T* o = out + (b * hq + j) * dim;
+        for (int64_t d = 0; d < dim; ++d) o[d] = static_cast<T>(acc[j * dim + d] * inv);
+      }
+    }
+  });
+}
+
+at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& block_tables, const at::Tensor& context_lens,
+                        double scale, int64_t window) {
+  TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1 && q.stride(1) == q.size(2), "q: [B, Hq, D], heads dense");
+  TORCH_CHECK(k_cache.dim() == 4 && k_cache.stride(3) == 1 && k_cache.stride(2) == k_cache.size(3)
+                  && k_cache.stride(1) == k_cache.size(2) * k_cache.size(3),
+              "k_cache: [blocks, block_size, Hk, D], dense within a block");
+  TORCH_CHECK(v_cache.strides() == k_cache.strides() && v_cache.sizes() == k_cache.sizes(),
+              "v_cache laid out as k_cache");
+  TORCH_CHECK(block_tables.scalar_type() == at::kInt && block_tables.is_contiguous(), "tables");
+  TORCH_CHECK(context_lens.scalar_type() == at::kInt && context_lens.is_contiguous(), "lens");
+  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
+  auto out = at::empty(q.sizes(), q.options());
+  const int64_t batch = q.size(0), hq = q.size(1), dim = q.size(2);
+  const int64_t block = k_cache.size(1), hk = k_cache.size(2);
+  TORCH_CHECK(hq % hk == 0 && dim == k_cache.size(3), "head shapes");
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode", [&] {
+    decode<scalar_t>(q.data_ptr<scalar_t>(), q.stride(0), k_cache.data_ptr<scalar_t>(),
+                     v_cache.data_ptr<scalar_t>(), block_tables.data_ptr<int32_t>(),
+                     context_lens.data_ptr<int32_t>(), out.data_ptr<scalar_t>(), batch, hq, hk,
+                     dim, block, block_tables.size(1), k_cache.stride(0),
+                     static_cast<float>(scale), window);
+  });
+  return out;
+}
+
+// out = RMSNorm(x (+ residual)) * weight, as the reference: normalized in fp32, rounded
+// to x's dtype, then times the weight. With a residual, residual becomes x + residual.
+template <typename T>
+void rms_rows(const T* x, T* residual, const T* weight, T* out, int64_t rows, int64_t hidden,
+              int64_t x_stride, float eps) {
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(hidden);
+    for (int64_t r = begin; r < end; ++r) {
+      const T* xr = x + r * x_stride;
+      float ss = 0.f;
+      if (residual != nullptr) {
+        T* res = residual + r * hidden;
+        for (int64_t i = 0; i < hidden; ++i) {
+          const T sum = static_cast<T>(static_cast<float>(xr[i]) + static_cast<float>(res[i]));
+          res[i] = sum;
+          buf[i] = static_cast<float>(sum);
+        }
+      } else {
+        for (int64_t i = 0; i < hidden; ++i) buf[i] = static_cast<float>(xr[i]);
+      }
+#pragma omp simd reduction(+ : ss)
+      for (int64_t i = 0; i < hidden; ++i) ss += buf[i] * buf[i];
+      const float inv = 1.f / std::sqrt(ss / static_cast<float>(hidden) + eps);
+      T* o = out + r * hidden;
+      for (int64_t i = 0; i < hidden; ++i)
+        o[i] = static_cast<T>(static_cast<float>(static_cast<T>(buf[i] * inv)) *
+                              static_cast<float>(weight[i]));
+    }
+  });
+}
+
+// x: [T, H] (rows may be strided). With a residual (dense [T, H], updated in place).
+at::Tensor rms_norm(const at::Tensor& x, const c10::optional<at::Tensor>& residual,
+                    const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x: [T, H], rows dense");
+  TORCH_CHECK(weight.is_contiguous() && weight.numel() == x.size(1), "weight: [H]");
+  TORCH_CHECK(weight.scalar_type() == x.scalar_type(), "weight and x dtypes differ");
+  if (residual.has_value()) {
+    TORCH_CHECK(residual->is_contiguous() && residual->sizes() == x.sizes() &&
+                    residual->scalar_type() == x.scalar_type(),
+                "residual: dense, shaped and typed as x");
+  }
+  auto out = at::empty(x.sizes(), x.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rms_norm", [&] {
+    rms_rows<scalar_t>(x.data_ptr<scalar_t>(),
+                       residual.has_value() ? residual->data_ptr<scalar_t>() : nullptr,
+                       weight.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), x.size(0),
+                       x.size(1), x.stride(0), static_cast<float>(eps));
+  });
+  return out;
+}
+
+// ---- weight-only quantized linear layers: out[M, N] = x[M, K] (fp32) @ W^T ----------
+//
+// The weights are widened to fp32 in registers and multiplied with fp32 activations,
+// so the only rounding is the weights' own. Each task takes a run of weight rows and
+// walks it in blocks of kRowBlock (which stay in cache) for every activation row, up to
+// four at a time; one weight load then serves four activation rows.
+//
+// int8: q [N, K] int8, one scale per row: W[n, k] = q[n, k] * scale[n].
+// int4: q [N, K/2] uint8, groups of 32 along K, a scale and a minimum per group (fp16):
+//   W[n, 32g + j] = nibble(n, g, j) * scales[n, g] + mins[n, g], where byte g*16 + j of
+//   row n holds element j (low nibble) and element j + 16 (high nibble) of group g.
+
+constexpr int64_t kRowBlock = 64;
+
+struct Int8Weights {
+  const int8_t* q;
+  const float* scale;
+  int64_t K;
+#ifdef __AVX512F__
+  template <int MR, int NR>
+  void tile(const float* x, float* out, int64_t N, int64_t n0) const {
+    __m512 acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+    const int64_t K16 = K & ~int64_t(15);
+    for (int64_t k = 0; k < K16; k += 16) {
+      __m512 w[NR];
+      for (int j = 0; j < NR; ++j) {
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + (n0 + j) * K + k));
+        w[j] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+      }
+      for (int i = 0; i < MR; ++i) {
+        const __m512 xv = _mm512_loadu_ps(x + i * K + k);
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(w[j], xv, acc[i][j]);
+      }
+    }
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) {
+        float s = _mm512_reduce_add_ps(acc[i][j]);
+        for (int64_t k = K16; k < K; ++k)
+          s += x[i * K + k] * static_cast<float>(q[(n0 + j) * K + k]);
+        out[i * N + n0 + j] = s * scale[n0 + j];
+      }
+  }
+#endif
+  template <int MR>
+  void rows(const float* x, float* out, int64_t N, int64_t begin, int64_t end) const {
+    int64_t n = begin;
+#ifdef __AVX512F__
+    for (; n + 4 <= end; n += 4) tile<MR, 4>(x, out, N, n);
+#endif
+    for (; n < end; ++n) {
+      const int8_t* qn = q + n * K;
+      for (int i = 0; i < MR; ++i) {
+        const float* xi = x + i * K;
+        float s = 0.f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t k = 0; k < K; ++k) s += xi[k] * static_cast<float>(qn[k]);
+        out[i * N + n] = s * scale[n];
+      }
+    }
+  }
+};
+
+inline float half_to_float(at::Half h) {
+#ifdef __F16C__
+  return _cvtsh_ss(h.x);  // one instruction; c10's conversion is bit twiddling
+#else
+  return static_cast<float>(h);
+#endif
+}
+
+struct Int4Weights {
+  const uint8_t* q;
+  const at::Half* scales;
+  const at::Half* mins;
+  int64_t K;
+#ifdef __AVX512F__
+  template <int MR, int NR>
+  void tile(const float* x, float* out, int64_t N, int64_t n0) const {
+    const int64_t G = K / 32, KB = K / 2;
+    __m512 acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+    const __m128i low = _mm_set1_epi8(0x0F);
+    for (int64_t g = 0; g < G; ++g) {
+      __m512 wlo[NR], whi[NR];
+      for (int j = 0; j < NR; ++j) {
+        const int64_t n = n0 + j;
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + n * KB + g * 16));
+        const __m512 d = _mm512_set1_ps(half_to_float(scales[n * G + g]));
+        const __m512 m = _mm512_set1_ps(half_to_float(mins[n * G + g]));
+        const __m128i lo = _mm_and_si128(b, low), hi = _mm_and_si128(_mm_srli_epi16(b, 4), low);
+        wlo[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), d, m);
+        whi[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), d, m);
+      }
+      for (int i = 0; i < MR; ++i) {
+        const __m512 xl = _mm512_loadu_ps(x + i * K + g * 32);
+        const __m512 xh = _mm512_loadu_ps(x + i * K + g * 32 + 16);
+        for (int j = 0; j < NR; ++j) {
+          acc[i][j] = _mm512_fmadd_ps(wlo[j], xl, acc[i][j]);
+          acc[i][j] = _mm512_fmadd_ps(whi[j], xh, acc[i][j]);
+        }
+      }
+    }
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) out[i * N + n0 + j] = _mm512_reduce_add_ps(acc[i][j]);
+  }
+#endif
+  template <int MR>
+  void rows(const float* x, float* out, int64_t N, int64_t begin, int64_t end) const {
+    int64_t n = begin;
+#ifdef __AVX512F__
+    for (; n + 4 <= end; n += 4) tile<MR, 4>(x, out, N, n);
+#endif
+    const int64_t G = K / 32, KB = K / 2;
+    float w[32];
+    for (; n < end; ++n) {
+      float s[MR] = {};
+      for (int64_t g = 0; g < G; ++g) {
+        const uint8_t* b = q + n * KB + g * 16;
+        const float d = half_to_float(scales[n * G + g]), m = half_to_float(mins[n * G + g]);
+        for (int j = 0; j < 16; ++j) {
+          w[j] = static_cast<float>(b[j] & 0x0F) * d + m;
+          w[j + 16] = static_cast<float>(b[j] >> 4) * d + m;
+        }
+        for (int i = 0; i < MR; ++i) {
+          const float* xi = x + i * K + g * 32;
+          float t = 0.f;
+#pragma omp simd reduction(+ : t)
+          for (int j = 0; j < 32; ++j) t += w[j] * xi[j];
+          s[i] += t;
+        }
+      }
+      for (int i = 0; i < MR; ++i) out[i * N + n] = s[i];
+    }
+  }
+};
+
+template <typename Weights>
+at::Tensor quantized_linear(const at::Tensor& x, int64_t N, const Weights& w) {
+  const int64_t M = x.size(0), K = x.size(1);
+  auto out = at::empty({M, N}, x.options());
+  const float* xp = x.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, N, kRowBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t nb = begin; nb < end; nb += kRowBlock) {
+      const int64_t ne = std::min(end, nb + kRowBlock);
+      int64_t m = 0;
+      for (; m + 4 <= M; m += 4) w.template rows<4>(xp + m * K, op + m * N, N, nb, ne);
+      switch (M - m) {
+        case 3: w.template rows<3>(xp + m * K, op + m * N, N, nb, ne); break;
+        case 2: w.template rows<2>(xp + m * K, op + m * N, N, nb, ne); break;
+        case 1: w.template rows<1>(xp + m * K, op + m * N, N, nb, ne); break;
+        default: break;
+      }
+    }
+  });
+  return out;
+}
+
+void check_activations(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kFloat,
+              "x: [M, K] fp32, dense");
+}
+
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scale) {
+  check_activations(x);
+  TORCH_CHECK(qweight.dim() == 2 && qweight.is_contiguous() && qweight.scalar_type() == at::kChar &&
+                  qweight.size(1) == x.size(1),
+              "qweight: [N, K] int8, dense");
+  TORCH_CHECK(scale.is_contiguous() && scale.scalar_type() == at::kFloat &&
+                  scale.numel() == qweight.size(0),
+              "scale: [N] fp32");
+  const Int8Weights w{qweight.data_ptr<int8_t>(), scale.data_ptr<float>(), x.size(1)};
+  return quantized_linear(x, qweight.size(0), w);
+}
+
+at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
+                       const at::Tensor& mins) {
+  check_activations(x);
+  const int64_t K = x.size(1), N = qweight.size(0);
+  TORCH_CHECK(K % 32 == 0 && qweight.dim() == 2 && qweight.size(1) * 2 == K &&
+                  qweight.scalar_type() == at::kByte && qweight.is_contiguous(),
+              "qweight: [N, K/2] uint8, dense, K a multiple of 32");
+  for (const auto* t : {&scales, &mins})
+    TORCH_CHECK(t->is_contiguous() && t->scalar_type() == at::kHalf && t->numel() == N * (K / 32),
+                "scales, mins: [N, K/32] fp16, dense");
+  const Int4Weights w{qweight.data_ptr<uint8_t>(), scales.data_ptr<at::Half>(),
+                      mins.data_ptr<at::Half>(), K};
+  return quantized_linear(x, N, w);
+}
+
+// The fp32 weight [N, K] of int4_linear's layout (for inputs too long for the kernel).
+at::Tensor int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
+                           const at::Tensor& mins) {
+  TORCH_CHECK(qweight.dim() == 2 && qweight.scalar_type() == at::kByte && qweight.is_contiguous(),
+              "qweight: [N, K/2] uint8, dense");
+  const int64_t N = qweight.size(0), K = qweight.size(1) * 2, G = K / 32;
+  TORCH_CHECK(K % 32 == 0, "K a multiple of 32");
+  for (const auto* t : {&scales, &mins})
+    TORCH_CHECK(t->is_contiguous() && t->scalar_type() == at::kHalf && t->numel() == N * G,
+                "scales, mins: [N, K/32] fp16, dense");
+  auto out = at::empty({N, K}, scales.options().dtype(at::kFloat));
+  const uint8_t* q = qweight.data_ptr<uint8_t>();
+  const at::Half* sc = scales.data_ptr<at::Half>();
+  const at::Half* mn = mins.data_ptr<at::Half>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, N * G, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {  // i: a group of a row (row-major: n * G + g)
+      const uint8_t* b = q + i * 16;
+      float* w = o + i * 32;
+      const float d = half_to_float(sc[i]), m = half_to_float(mn[i]);
+#pragma omp simd
+      for (int j = 0; j < 16; ++j) {
+        w[j] = static_cast<float>(b[j] & 0x0F) * d + m;
+        w[j + 16] = static_cast<float>(b[j] >> 4) * d + m;
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(mellea_cpu, m) {
+  m.def("paged_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+        "Tensor context_lens, float scale, int window) -> Tensor");
+  m.def("rms_norm(Tensor x, Tensor(a!)? residual, Tensor weight, float eps) -> Tensor");
+  m.impl("paged_decode", c10::DispatchKey::CPU, TORCH_FN(paged_decode));
+  m.def("int8_linear(Tensor x, Tensor qweight, Tensor scale) -> Tensor");
+  m.def("int4_linear(Tensor x, Tensor qweight, Tensor scales, Tensor mins) -> Tensor");
+  m.impl("rms_norm", c10::DispatchKey::CPU, TORCH_FN(rms_norm));
+  m.impl("int8_linear", c10::DispatchKey::CPU, TORCH_FN(int8_linear));
+  m.def("int4_dequantize(Tensor qweight, Tensor scales, Tensor mins) -> Tensor");
+  m.impl("int4_linear", c10::DispatchKey::CPU, TORCH_FN(int4_linear));
+  m.impl("int4_dequantize", c10::DispatchKey::CPU, TORCH_FN(int4_dequantize));
+}
