@@ -12,6 +12,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from cli.serve.offload import run_request_work
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import tenant_of
 from mellea.core.parsers import ReplyParser
@@ -72,8 +73,13 @@ def add_responses_routes(
         tools = check_request(body)
         history = _history(store, body.previous_response_id, owner)
         items = input_items(body.input or "")
-        # Off the loop: turning a large text.format schema into a model takes a while.
-        args = await asyncio.to_thread(serve_arguments, body, tools, [*history, *items])
+        # A text.format schema takes a while to turn into a model, and a stored history
+        # may be long whatever the body's size: both off the loop.
+        spec = body.text.format if body.text else None
+        heavy = bool(history) or (spec is not None and spec.type == "json_schema")
+        args = await run_request_work(
+            request, heavy, serve_arguments, body, tools, [*history, *items]
+        )
         response = new_response(body, tools, model_name)
         record = StoredResponse(response.wire(), items, history) if body.stores else None
         state = _Running(CancelSignal(_cancel_check(store, response.id, record)))
@@ -101,7 +107,6 @@ def add_responses_routes(
         return stream_response(
             named_events(_replayed(response_id, starting_after)),
             keepalive_seconds=settings.keepalive_seconds,
-            shutdown_grace=settings.shutdown_grace,
         )
 
     async def _replayed(

@@ -45,7 +45,6 @@ class RunLimits:
     request_timeout: float | None = None  # seconds from arrival to the end of the reply
     first_result_wait: float = 1.0  # how long a stream waits for a fast failure
     keepalive_seconds: float = 5.0
-    shutdown_grace: float = 30.0
 
 
 class RunHooks(Protocol):
@@ -151,7 +150,6 @@ class RequestRunner:
         return stream_response(
             reply.events(choices, sources),
             keepalive_seconds=self.limits.keepalive_seconds,
-            shutdown_grace=self.limits.shutdown_grace,
         )
 
     def _start(

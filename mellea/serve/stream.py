@@ -15,8 +15,6 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
-from sse_starlette.sse import EventSourceResponse
-
 from mellea.core.parsers import ReplyDelta, ReplyParser
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
@@ -33,6 +31,7 @@ from mellea.serve.protocol import (
     Usage,
 )
 from mellea.serve.reading import ThunkReader
+from mellea.serve.sse import EventStreamResponse, close_events
 
 log = logging.getLogger("mellea.serve")
 
@@ -327,7 +326,7 @@ async def _framed(
     except Exception as exc:
         yield error_event(exc, completion_id)
     finally:
-        await asyncio.shield(_close(chunks))
+        await close_events(chunks)
     yield {"data": DONE}
 
 
@@ -378,16 +377,11 @@ def stream_response(
     events: AsyncIterator[dict[str, str]],
     *,
     keepalive_seconds: float = 5.0,
-    shutdown_grace: float = 30.0,
     headers: dict[str, str] | None = None,
-) -> EventSourceResponse:
-    """An SSE response for ``events`` with ``: ping`` keep-alive comments while idle.
-
-    On server shutdown the stream may run ``shutdown_grace`` seconds more to finish.
-    """
-    return EventSourceResponse(
-        events, ping=keepalive_seconds, headers=headers, shutdown_grace_period=shutdown_grace
-    )
+) -> EventStreamResponse:
+    """An SSE response for ``events`` with ``: ping`` keep-alive comments while idle
+    (:mod:`mellea.serve.sse`)."""
+    return EventStreamResponse(events, keepalive_seconds=keepalive_seconds, headers=headers)
 
 
 async def named_events(

@@ -1,0 +1,116 @@
+"""The HTTP side of a stream: Server-Sent Events written to the client as they come.
+
+Frames are encoded by ``sse_starlette`` (:class:`ServerSentEvent`); this response
+sends them with one helper task per stream, which waits for the client to leave and
+writes ``: ping`` comments while the stream is idle. ``sse_starlette``'s own response
+runs four tasks in an anyio task group per stream, which cost as much server CPU as
+all the rest of a short request (measured with a program that returns a fixed text:
+0.68-0.76 ms per request against 0.42 with a plain stream).
+
+When the client leaves, the stream's events are closed (which stops the program's
+generation); a server that shuts down lets streams run until uvicorn's graceful
+shutdown ends (``--shutdown-grace``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+
+from sse_starlette.event import ServerSentEvent
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+KEEPALIVE_COMMENT = ServerSentEvent(comment="ping").encode()
+STREAM_HEADERS = {
+    "Cache-Control": "no-store",
+    "Connection": "keep-alive",
+    "X-Accel-Buffering": "no",
+}
+
+
+class EventStreamResponse(Response):
+    """``text/event-stream`` of ``events`` (dicts of ``ServerSentEvent`` fields, e.g.
+    ``{"data": ...}`` or ``{"event": ..., "data": ...}``), with keep-alive comments
+    after ``keepalive_seconds`` without a frame (``0``: none)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        events: AsyncIterator[Mapping[str, str]],
+        *,
+        keepalive_seconds: float = 5.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(status_code=200, headers={**STREAM_HEADERS, **(headers or {})})
+        # Response counts its (empty) body; a stream has no length: chunked encoding.
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self.events = events
+        self.keepalive_seconds = keepalive_seconds
+        self._send_lock = asyncio.Lock()
+        self._last_write = time.monotonic()
+        self._left = False  # the client disconnected
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the headers, then each event as it comes, until the events end or the
+        client leaves."""
+        streaming = asyncio.current_task()
+        assert streaming is not None
+        watcher = asyncio.ensure_future(self._watch(receive, send, streaming))
+        try:
+            await self._write(
+                send, {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+            )
+            async for event in self.events:
+                await self._write(send, _body(ServerSentEvent(**event).encode()))
+            await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not self._left:
+                raise
+            streaming.uncancel()  # cancelled by the watcher: the client is gone
+        except OSError:  # the socket failed under a write: the client is gone as well
+            self._left = True
+        finally:
+            watcher.cancel()
+            await close_events(self.events)
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _write(self, send: Send, message: dict) -> None:
+        async with self._send_lock:
+            await send(message)
+            self._last_write = time.monotonic()
+
+    async def _watch(self, receive: Receive, send: Send, streaming: asyncio.Task) -> None:
+        """Until cancelled: end the stream when the client leaves, and ping while idle."""
+        every = self.keepalive_seconds
+        while True:
+            wait = every - (time.monotonic() - self._last_write) if every > 0 else None
+            try:
+                async with asyncio.timeout(wait if wait is None else max(wait, 0.0)):
+                    message = await receive()
+            except TimeoutError:
+                if time.monotonic() - self._last_write >= every:
+                    await self._write(send, _body(KEEPALIVE_COMMENT))
+                continue
+            if message["type"] == "http.disconnect":
+                self._left = True
+                streaming.cancel()
+                return
+
+
+def _body(data: bytes) -> dict:
+    return {"type": "http.response.body", "body": data, "more_body": True}
+
+
+async def close_events(events: AsyncIterator[object]) -> None:
+    """Close ``events`` (an async generator, or anything with ``aclose``), shielded from
+    cancellation so that its cleanup (e.g. aborting a generation) runs to the end. A
+    generator that has already ended needs nothing, and so costs no task."""
+    closer = getattr(events, "aclose", None)
+    if closer is None or getattr(events, "ag_frame", True) is None:
+        return
+    await asyncio.shield(closer())
