@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +27,7 @@ from cli.serve.hosts import AllowedHosts, default_allowed_hosts
 from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.limits import BodyReader, WriteDeadline
 from cli.serve.observability import RequestContext, ServerMetrics
+from cli.serve.offload import run_request_work
 from cli.serve.program import Program
 from cli.serve.reload import watch_program
 from cli.serve.responses_routes import add_responses_routes
@@ -94,6 +97,12 @@ def create_app(
         warmed = await runtime.warm_up()
         if warmed:
             log.info("warmed up %d local engine(s)", warmed)
+        if not settings.reload:
+            # What is loaded now (libraries, the program, its models) lives as long as the
+            # server: keep it out of the garbage collector's scans, which otherwise walk
+            # it again and again as requests allocate.
+            gc.collect()
+            gc.freeze()
         stop = asyncio.Event()
         watcher = (
             asyncio.create_task(watch_program(app.state, program.path, stop))
@@ -113,6 +122,7 @@ def create_app(
         title="m serve",
         summary=f"OpenAI-compatible API for {program.path.name}",
         lifespan=lifespan,
+        **_without_native_telemetry(),
     )
     app.router.route_class = BoundedJsonRoute  # routes added below size up their JSON first
     app.state.program = program
@@ -224,8 +234,9 @@ def create_app(
     ) -> ChatCompletion | Response:
         """Run the program on a chat request (once per choice); stream the reply when asked to."""
         started = time.monotonic()
-        # Off the loop: turning a large response_format schema into a model takes a while.
-        args = await asyncio.to_thread(serve_arguments, body)
+        # A response_format schema takes a while to turn into a model: off the loop.
+        schema = body.response_format is not None and body.response_format.type == "json_schema"
+        args = await run_request_work(request, schema, serve_arguments, body)
         per_choice = choice_options(args.model_options, body.n or 1)
         reply = ChatReply(body, [reply_parser(body) for _ in per_choice], model_name)
         program: Program = app.state.program
@@ -247,13 +258,21 @@ def create_app(
     return app
 
 
+def _without_native_telemetry() -> dict[str, Any]:
+    """FastAPI's own OpenTelemetry switched off, where this FastAPI has it: our spans
+    come from ``Tracing`` (program attempts and model calls included), and FastAPI's
+    would look up the global providers on every request and double the HTTP spans."""
+    if "telemetry" not in inspect.signature(FastAPI).parameters:
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+
+
 def run_limits(settings: ServeSettings) -> RunLimits:
     """The settings the request runner applies to every request."""
     return RunLimits(
         request_timeout=settings.request_timeout,
         first_result_wait=settings.first_result_wait,
         keepalive_seconds=settings.keepalive_seconds,
-        shutdown_grace=settings.shutdown_grace,
     )
 
 

@@ -159,10 +159,12 @@ class Runtime:
     async def warm_up(self) -> int:
         """Run a one-token generation on every loaded engine, and build its grammar token
         table; returns how many were warmed."""
+        engines = self.engines()
+        if not engines:  # a program without a local model: no need to import the engine
+            return 0
         from mellea.engine.constraints import json_schema_grammar
         from mellea.engine.types import SamplingParams
 
-        engines = self.engines()
         for engine in engines:
             compile_grammar = getattr(engine, "compile_grammar", None)
             if compile_grammar is not None:
