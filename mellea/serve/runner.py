@@ -35,7 +35,8 @@ DISCONNECT_POLL_SECONDS = 0.25
 CLIENT_LEFT = 499  # the status of a reply whose client left first; only the access log sees it
 
 IsDisconnected = Callable[[], Awaitable[bool]]
-Frames = AsyncIterator[dict[str, str]]  # SSE events, as :func:`stream_response` sends them
+# SSE events, as :func:`stream_response` sends them (a list: frames sent in one write)
+Frames = AsyncIterator[dict[str, str] | list[dict[str, str]]]
 
 
 @dataclass(frozen=True)

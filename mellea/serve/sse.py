@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from sse_starlette.event import ServerSentEvent
 from starlette.responses import Response
@@ -33,14 +33,15 @@ STREAM_HEADERS = {
 
 class EventStreamResponse(Response):
     """``text/event-stream`` of ``events`` (dicts of ``ServerSentEvent`` fields, e.g.
-    ``{"data": ...}`` or ``{"event": ..., "data": ...}``), with keep-alive comments
-    after ``keepalive_seconds`` without a frame (``0``: none)."""
+    ``{"data": ...}`` or ``{"event": ..., "data": ...}``, or lists of them to send in
+    one write), with keep-alive comments after ``keepalive_seconds`` without a frame
+    (``0``: none)."""
 
     media_type = "text/event-stream"
 
     def __init__(
         self,
-        events: AsyncIterator[Mapping[str, str]],
+        events: AsyncIterator[Mapping[str, str] | Sequence[Mapping[str, str]]],
         *,
         keepalive_seconds: float = 5.0,
         headers: Mapping[str, str] | None = None,
@@ -64,8 +65,12 @@ class EventStreamResponse(Response):
             await self._write(
                 send, {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
             )
-            async for event in self.events:
-                await self._write(send, _body(ServerSentEvent(**event).encode()))
+            async for item in self.events:
+                if isinstance(item, Mapping):
+                    data = ServerSentEvent(**item).encode()
+                else:
+                    data = b"".join(ServerSentEvent(**event).encode() for event in item)
+                await self._write(send, _body(data))
             await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not self._left:

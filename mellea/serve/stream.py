@@ -177,8 +177,9 @@ def chat_completion_events(
     deadline: float | None = None,
     observer: StreamObserver | None = None,
     traces: list[ProgramTrace] | None = None,
-) -> AsyncIterator[dict[str, str]]:
-    """SSE events (``{"data": ...}`` dicts) for one streamed chat completion.
+) -> AsyncIterator[dict[str, str] | list[dict[str, str]]]:
+    """SSE events (``{"data": ...}`` dicts, the last ones in a list) for one streamed
+    chat completion.
 
     Each source is one choice (``n`` > 1 gives several); their chunks interleave, each
     with its ``index``. With a parser, that choice's reasoning goes out as
@@ -311,23 +312,23 @@ async def _framed(
     to_frame: Callable[[T], dict[str, str]],
     ending: Callable[[], list[dict[str, str]]],
     completion_id: str,
-) -> AsyncIterator[dict[str, str]]:
-    """The frames of every choice's chunks as they come, the ``ending`` frames, then
-    ``[DONE]``. A failure on the way becomes one error frame before ``[DONE]``; stopping
-    early closes every choice (and so its generation)."""
+) -> AsyncIterator[dict[str, str] | list[dict[str, str]]]:
+    """The frames of every choice's chunks as they come, then the ``ending`` frames and
+    ``[DONE]`` together (one write). A failure on the way becomes one error frame before
+    ``[DONE]``; stopping early closes every choice (and so its generation)."""
     chunks = streams[0] if len(streams) == 1 else merged(streams)
+    last: list[dict[str, str]] = []
     try:
         async for item in chunks:
             yield to_frame(item)
-        for event in ending():
-            yield event
+        last = ending()
     except (asyncio.CancelledError, GeneratorExit):
         raise
     except Exception as exc:
-        yield error_event(exc, completion_id)
+        last = [error_event(exc, completion_id)]
     finally:
         await close_events(chunks)
-    yield {"data": DONE}
+    yield [*last, {"data": DONE}]
 
 
 async def merged(streams: list[AsyncIterator[T]]) -> AsyncIterator[T]:
@@ -374,7 +375,7 @@ async def _close(stream: AsyncIterator[Any]) -> None:
 
 
 def stream_response(
-    events: AsyncIterator[dict[str, str]],
+    events: AsyncIterator[dict[str, str] | list[dict[str, str]]],
     *,
     keepalive_seconds: float = 5.0,
     headers: dict[str, str] | None = None,
@@ -422,7 +423,7 @@ def text_completion_events(
     deadline: float | None = None,
     observer: StreamObserver | None = None,
     traces: list[ProgramTrace] | None = None,
-) -> AsyncIterator[dict[str, str]]:
+) -> AsyncIterator[dict[str, str] | list[dict[str, str]]]:
     """SSE events for a streamed ``/v1/completions`` reply.
 
     ``sources[i]`` completes ``prompts[i]`` and is choice ``i`` (each prompt appears

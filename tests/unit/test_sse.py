@@ -33,9 +33,10 @@ class Client:
 
 
 async def test_frames_are_sent_in_order_and_the_stream_ends():
-    async def events() -> AsyncIterator[dict[str, str]]:
+    async def events() -> AsyncIterator[dict[str, str] | list[dict[str, str]]]:
         yield {"data": "one"}
         yield {"event": "named", "data": "two\nlines"}
+        yield [{"data": "three"}, {"data": "[DONE]"}]  # a list: one write
 
     client = Client()
     await EventStreamResponse(events())(SCOPE, client.receive, client.send)
@@ -44,7 +45,11 @@ async def test_frames_are_sent_in_order_and_the_stream_ends():
     headers = dict(start["headers"])
     assert headers[b"content-type"].startswith(b"text/event-stream")
     assert b"content-length" not in headers and headers[b"cache-control"] == b"no-store"
-    assert client.body == b"data: one\r\n\r\nevent: named\r\ndata: two\r\ndata: lines\r\n\r\n"
+    assert client.body == (
+        b"data: one\r\n\r\nevent: named\r\ndata: two\r\ndata: lines\r\n\r\n"
+        b"data: three\r\n\r\ndata: [DONE]\r\n\r\n"
+    )
+    assert client.messages[3]["body"] == b"data: three\r\n\r\ndata: [DONE]\r\n\r\n"
     assert client.messages[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
 
 
