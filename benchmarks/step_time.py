@@ -4,6 +4,7 @@
 python benchmarks/step_time.py                 # batches 1, 8, 32; contexts 100-300
 python benchmarks/step_time.py --profile       # plus the top aten ops by self CPU time
 python benchmarks/step_time.py --batches 1 --steps 50
+python benchmarks/step_time.py --formats float32,bfloat16,int8,int4   # weight formats
 ```
 
 It builds the engine's :class:`~mellea.engine.model_runner.ModelRunner` directly
@@ -30,12 +31,17 @@ from mellea.engine.sequence import Sequence
 from mellea.engine.types import SamplingParams
 
 
-def make_runner(max_seqs: int, max_len: int, block_size: int = 16) -> ModelRunner:
-    """The engine's runner for the default model with room for ``max_seqs`` x ``max_len``."""
+def make_runner(
+    max_seqs: int, max_len: int, block_size: int = 16, weights: str = "float32"
+) -> ModelRunner:
+    """The engine's runner for the default model with room for ``max_seqs`` x ``max_len``,
+    its weights in the format ``weights`` (:mod:`mellea.engine.quant`)."""
     path = resolve_model(None)
     model_cfg = ModelConfig.from_dir(path)
     blocks = max_seqs * (-(-max_len // block_size)) + 1
-    cfg = EngineConfig(model_path=path, block_size=block_size, max_model_len=max_len)
+    cfg = EngineConfig(
+        model_path=path, block_size=block_size, max_model_len=max_len, weights=weights
+    )
     return ModelRunner(model_cfg, cfg, blocks)
 
 
@@ -82,6 +88,23 @@ def ab_steps(runner: ModelRunner, batch: ScheduledBatch, steps: int) -> dict[str
     return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 
+def format_steps(
+    runners: dict[str, ModelRunner], batch: ScheduledBatch, steps: int
+) -> dict[str, float]:
+    """Median seconds per step of each weight format's runner, the formats taking turns
+    step by step so that all see the same machine load."""
+    times: dict[str, list[float]] = {fmt: [] for fmt in runners}
+    for runner in runners.values():
+        for _ in range(3):
+            runner.execute(runner.prepare(batch))
+    for _ in range(steps):
+        for fmt, runner in runners.items():
+            t = time.perf_counter()
+            runner.execute(runner.prepare(batch))
+            times[fmt].append(time.perf_counter() - t)
+    return {fmt: sorted(v)[len(v) // 2] for fmt, v in times.items()}
+
+
 def profile_steps(runner: ModelRunner, batch: ScheduledBatch, steps: int, top: int) -> str:
     """A table of the top aten ops by self CPU time over ``steps`` steps."""
     from torch.profiler import ProfilerActivity, profile
@@ -105,9 +128,15 @@ def main() -> None:
         "--ab", action="store_true", help="alternate the C++ ops with the PyTorch-only path"
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument(
+        "--formats", help="weight formats side by side, e.g. float32,bfloat16,int8,int4"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.formats:
+        compare_formats(args.formats.split(","), args.batches, args.steps)
+        return
     runner = make_runner(max(args.batches), 320, 16)
     load = os.getloadavg()[0]
     results = {}
@@ -132,6 +161,21 @@ def main() -> None:
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps({"label": args.label, "load": load, "ms": results}) + "\n")
+
+
+def compare_formats(formats: list[str], batches: list[int], steps: int) -> None:
+    """Print ms per step of each format at each batch size, and its speed against the
+    first format's. Every runner is built and run on this thread (one OpenMP team)."""
+    runners = {fmt: make_runner(max(batches), 320, 16, fmt) for fmt in formats}
+    print(f"load before: {os.getloadavg()[0]:.2f}, threads: {torch.get_num_threads()}")
+    for b in batches:
+        secs = format_steps(runners, make_batch(b, 16), steps)
+        base = secs[formats[0]]
+        cells = [
+            f"{fmt} {sec * 1e3:6.2f} ms ({b / sec:6.1f} tok/s, {base / sec:.2f}x)"
+            for fmt, sec in secs.items()
+        ]
+        print(f"batch {b:3d}: " + ", ".join(cells))
 
 
 if __name__ == "__main__":
