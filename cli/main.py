@@ -147,7 +147,7 @@ def serve(
             "--dtype",
             envvar="M_SERVE_DTYPE",
             rich_help_panel=MODEL,
-            help="Weight format of the local engine: auto, float32, bfloat16 or int8. auto picks the fastest format that passes our quality bar on this machine (int8 on a CPU with native bf16, such as AVX512-BF16 or AMX: 1.3-1.5x the tokens/s of float32 at 1-8 streams, greedy text identical to float32's for 7 of 12 test prompts; float32 on other CPUs; bfloat16 on GPU). float32 is the exact one. See docs/engine.md, weight formats.",
+            help="Weight format of the local engine: auto, float32, bfloat16, int8 or int4. auto picks the fastest format that loses nothing or passes our quality bar: int4 when the checkpoint is 4-bit already (the default model: float32's greedy text, 4x its decode speed at 1 stream), else int8 on CPU, bfloat16 on GPU. float32 is the exact one. See docs/engine.md, weight formats.",
         ),
     ] = "auto",
     chat_template: Annotated[
