@@ -388,6 +388,54 @@ at::Tensor int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
   return out;
 }
 
+// RoPE on q and k, in place in the fused qkv rows, and this step's K and V rows
+// written into the paged cache (what took the PyTorch path eight ops per layer).
+// qkv: [T, (hq + 2 hk) * dim] fp32, rows dense; rope: [T, ..., dim / 2, 2] fp32 (cos, sin
+// of each adjacent pair: the CPU path stores q/k dims pairwise); caches [blocks,
+// block_size, hk, dim] fp32, dense; slots: [T] int64, a token's row in the flat cache.
+void rope_store_kv(const at::Tensor& qkv, const at::Tensor& rope, const at::Tensor& k_cache,
+                   const at::Tensor& v_cache, const at::Tensor& slots, int64_t hq, int64_t hk) {
+  TORCH_CHECK(qkv.dim() == 2 && qkv.stride(1) == 1 && qkv.scalar_type() == at::kFloat,
+              "qkv: [T, W] fp32, rows dense");
+  const int64_t T = qkv.size(0), dim = qkv.size(1) / (hq + 2 * hk), half = dim / 2;
+  TORCH_CHECK(qkv.size(1) == (hq + 2 * hk) * dim && dim % 2 == 0, "qkv width");
+  TORCH_CHECK(rope.scalar_type() == at::kFloat && rope.size(0) == T && rope.size(-1) == 2 &&
+                  rope.size(-2) == half && rope.stride(-1) == 1 && rope.stride(-2) == 2,
+              "rope: [T, ..., dim / 2, 2] fp32");
+  for (const auto* c : {&k_cache, &v_cache})
+    TORCH_CHECK(c->is_contiguous() && c->scalar_type() == at::kFloat && c->size(-1) == dim &&
+                    c->size(-2) == hk,
+                "caches: [blocks, block_size, hk, dim] fp32, dense");
+  TORCH_CHECK(slots.scalar_type() == at::kLong && slots.is_contiguous() && slots.numel() == T,
+              "slots: [T] int64");
+  float* rows = qkv.data_ptr<float>();
+  const float* cs = rope.data_ptr<float>();
+  float* kc = k_cache.data_ptr<float>();
+  float* vc = v_cache.data_ptr<float>();
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  const int64_t width = qkv.stride(0), rope_stride = rope.stride(0), kv = hk * dim;
+  const int64_t cache_rows = k_cache.numel() / kv;
+  for (int64_t t = 0; t < T; ++t)
+    TORCH_CHECK(slot[t] >= 0 && slot[t] < cache_rows, "slot out of the cache");
+  at::parallel_for(0, T, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = rows + t * width;
+      const float* r = cs + t * rope_stride;
+      for (int64_t h = 0; h < hq + hk; ++h) {
+        float* x = row + h * dim;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = x[2 * i], b = x[2 * i + 1], c = r[2 * i], s = r[2 * i + 1];
+          x[2 * i] = a * c - b * s;
+          x[2 * i + 1] = a * s + b * c;
+        }
+      }
+      std::copy(row + hq * dim, row + hq * dim + kv, kc + slot[t] * kv);
+      std::copy(row + hq * dim + kv, row + hq * dim + 2 * kv, vc + slot[t] * kv);
+    }
+  });
+}
+
 }  // namespace
 
 TORCH_LIBRARY(mellea_cpu, m) {
@@ -402,4 +450,7 @@ TORCH_LIBRARY(mellea_cpu, m) {
   m.def("int4_dequantize(Tensor qweight, Tensor scales, Tensor mins) -> Tensor");
   m.impl("int4_linear", c10::DispatchKey::CPU, TORCH_FN(int4_linear));
   m.impl("int4_dequantize", c10::DispatchKey::CPU, TORCH_FN(int4_dequantize));
+  m.def("rope_store_kv(Tensor(a!) qkv, Tensor rope, Tensor(b!) k_cache, Tensor(c!) v_cache, "
+        "Tensor slots, int heads, int kv_heads) -> ()");
+  m.impl("rope_store_kv", c10::DispatchKey::CPU, TORCH_FN(rope_store_kv));
 }

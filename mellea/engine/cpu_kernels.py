@@ -150,3 +150,21 @@ def int4_dequantize(
 ) -> torch.Tensor:
     """The fp32 weight [N, K] that :func:`int4_linear`'s operands stand for."""
     return torch.ops.mellea_cpu.int4_dequantize(qweight, scales, mins)
+
+
+def rope_store_kv(
+    qkv: torch.Tensor,
+    rope: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,
+    heads: int,
+    kv_heads: int,
+) -> None:
+    """Rotate q and k in place in ``qkv`` [T, (heads + 2 kv_heads) * D] (fp32, pairs of
+    dims adjacent) by ``rope`` (complex [T, ..., D / 2]), and write this step's K and V
+    rows into the caches at ``slots`` (the PyTorch path's complex multiply and two
+    ``index_copy_``)."""
+    torch.ops.mellea_cpu.rope_store_kv(
+        qkv, torch.view_as_real(rope), k_cache, v_cache, slots, heads, kv_heads
+    )

@@ -108,6 +108,15 @@ class Attention(nn.Module):
         n_tokens = x.shape[0]
         n_heads, n_kv, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv_proj(x)
+        if self.path == "cpp" and self.qk_norm is None and k_cache.dtype == torch.float32:
+            # One C++ op rotates q and k in place and writes K and V into the cache.
+            cpu_kernels.rope_store_kv(
+                qkv, rope[self.rope_kind], k_cache, v_cache, meta.slot_mapping, n_heads, n_kv
+            )
+            q = qkv[:, : self.q_size].view(n_tokens, n_heads, head_dim)
+            k = qkv[:, self.q_size : self.q_size + self.kv_size].view(n_tokens, n_kv, head_dim)
+            v = qkv[:, self.q_size + self.kv_size :].view(n_tokens, n_kv, head_dim)
+            return self.o_proj(self._attend(q, k, v, k_cache, v_cache, meta))
         v = qkv[:, self.q_size + self.kv_size :].view(n_tokens, n_kv, head_dim)
         q, k = qkv[:, : self.q_size + self.kv_size].split([self.q_size, self.kv_size], -1)
         q = q.reshape(n_tokens, n_heads, head_dim)
@@ -130,19 +139,29 @@ class Attention(nn.Module):
             q, k = kernels.rotary_embedding(positions, q, k, rope[self.rope_kind])
             kernels.store_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
 
+        return self.o_proj(self._attend(q, k, v, k_cache, v_cache, meta))
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """Attention of this step's queries: decodes over the cache, prefills as they can."""
         nd = meta.num_decode
-        if nd == n_tokens:
-            out = self._decode(q, k_cache, v_cache, meta)
-        elif nd == 0:
-            out = self._prefill(q, k, v, k_cache, v_cache, meta)
-        else:
-            out = torch.cat(
-                [
-                    self._decode(q[:nd], k_cache, v_cache, meta),
-                    self._prefill(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta),
-                ]
-            )
-        return self.o_proj(out)
+        if nd == q.shape[0]:
+            return self._decode(q, k_cache, v_cache, meta)
+        if nd == 0:
+            return self._prefill(q, k, v, k_cache, v_cache, meta)
+        return torch.cat(
+            [
+                self._decode(q[:nd], k_cache, v_cache, meta),
+                self._prefill(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta),
+            ]
+        )
 
     def _norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """RMSNorm of q and k, per head (Qwen3, Gemma 3) or over all heads (OLMo 2)."""

@@ -141,3 +141,33 @@ def test_quantized_linears_refuse_mismatched_operands() -> None:
         cpu_kernels.int4_linear(
             torch.randn(2, 48), torch.zeros(8, 24, dtype=torch.uint8), scale.half(), scale.half()
         )
+
+
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (6, 2)])
+def test_rope_store_kv_matches_the_complex_multiply_and_index_copy(heads, kv_heads) -> None:
+    torch.manual_seed(0)
+    tokens, dim, blocks, block = 5, 8, 6, 4
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim)
+    angles = torch.rand(tokens, 1, dim // 2) * 6
+    rope = torch.polar(torch.ones_like(angles), angles)  # complex [T, 1, D/2]
+    slots = torch.tensor([3, 0, 17, 9, 22])
+    k_cache, v_cache = (
+        torch.zeros(blocks, block, kv_heads, dim),
+        torch.zeros(blocks, block, kv_heads, dim),
+    )
+    # The PyTorch path: q|k rotated as complex pairs, then K and V rows copied to the slots.
+    q_k = qkv[:, : (heads + kv_heads) * dim].reshape(tokens, heads + kv_heads, -1, 2)
+    rotated = torch.view_as_real(torch.view_as_complex(q_k.contiguous()) * rope)
+    rotated = rotated.reshape(tokens, (heads + kv_heads) * dim)
+    want_k = torch.zeros_like(k_cache).view(-1, kv_heads, dim)
+    want_v = torch.zeros_like(v_cache).view(-1, kv_heads, dim)
+    want_k.index_copy_(0, slots, rotated[:, heads * dim :].view(tokens, kv_heads, dim))
+    want_v.index_copy_(0, slots, qkv[:, (heads + kv_heads) * dim :].view(tokens, kv_heads, dim))
+    got = qkv.clone()
+    cpu_kernels.rope_store_kv(got, rope, k_cache, v_cache, slots, heads, kv_heads)
+    torch.testing.assert_close(got[:, : (heads + kv_heads) * dim], rotated)
+    assert torch.equal(got[:, (heads + kv_heads) * dim :], qkv[:, (heads + kv_heads) * dim :])
+    torch.testing.assert_close(k_cache.view(-1, kv_heads, dim), want_k)
+    assert torch.equal(v_cache.view(-1, kv_heads, dim), want_v)
+    with pytest.raises(RuntimeError, match="slot out of the cache"):
+        cpu_kernels.rope_store_kv(qkv.clone(), rope, k_cache, v_cache, slots + 100, heads, kv_heads)
