@@ -133,7 +133,9 @@ def rms_norm(
 def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """``x`` [M, K] fp32 @ (``qweight`` [N, K] int8 * ``scale`` [N])^T -> [M, N] fp32, the
     weights widened to fp32 in registers. Call :func:`available` first."""
-    return torch.ops.mellea_cpu.int8_linear(x.contiguous(), qweight, scale)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    return torch.ops.mellea_cpu.int8_linear(x, qweight, scale)
 
 
 def int4_linear(
@@ -142,7 +144,9 @@ def int4_linear(
     """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for 4-bit weights in groups of 32
     (:func:`mellea.engine.quant.quantize_groups` gives the layout). Call
     :func:`available` first."""
-    return torch.ops.mellea_cpu.int4_linear(x.contiguous(), qweight, scales, mins)
+    if not x.is_contiguous():
+        x = x.contiguous()
+    return torch.ops.mellea_cpu.int4_linear(x, qweight, scales, mins)
 
 
 def int4_dequantize(
