@@ -272,33 +272,74 @@ def _groups_exact(weight: Any) -> bool:
     return bool((error <= EXACT_INT4 * scale[..., None] + 1e-12).all())
 
 
+TILE = 16  # int4 weights on VNNI: output rows per tile (one AVX-512 vector of sums)
+
+
+def tile_groups(
+    packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`quantize_groups`' output in the layout of ``cpu_kernels.int4_vnni_linear``:
+    tiles of :data:`TILE` rows (the last padded with zero rows), each group of a tile
+    256 bytes in which byte ``4 j + b`` of part ``s`` holds element ``8 s + b`` of row
+    ``j``'s group in its low nibble and element ``8 s + 4 + b`` in its high one; scales
+    and mins [tiles, groups, 16]."""
+    n, half = packed.shape
+    groups = half * 2 // GROUP
+    tiles = -(-n // TILE)
+    pad = (0, 0, 0, tiles * TILE - n)
+    halves = packed.reshape(n, groups, GROUP // 2)
+    q = F.pad(torch.cat([halves & 0x0F, halves >> 4], dim=-1), (0, 0, *pad))
+    q = q.reshape(tiles, TILE, groups, 4, 2, 4)  # [tile, row, group, part, lo/hi, byte]
+    nibbles = q[..., 0, :] | (q[..., 1, :] << 4)
+    qweight = nibbles.permute(0, 2, 3, 1, 4).reshape(tiles, groups, 4, 64).contiguous()
+
+    def per_tile(values: torch.Tensor) -> torch.Tensor:
+        padded = F.pad(values, pad)
+        return padded.reshape(tiles, TILE, groups).transpose(1, 2).contiguous()
+
+    return qweight, per_tile(scales), per_tile(mins)
+
+
 class Int4Linear(nn.Module):
     """A linear layer with 4-bit weights in groups of 32 (:func:`quantize_groups`).
 
-    Up to :data:`INT4_KERNEL_MAX_ROWS` rows go to :func:`cpu_kernels.int4_linear` (fp32
-    activations, each group widened to fp32 in registers); longer inputs, or a machine
-    without the C++ kernels, dequantize the weight to fp32 for the fp32 GEMM. Either
-    way only the weights are rounded.
+    Up to :data:`INT4_KERNEL_MAX_ROWS` rows go to a C++ kernel. On a CPU with
+    AVX512-VNNI that is :func:`cpu_kernels.int4_vnni_linear` (weights in
+    :func:`tile_groups`' layout; activations split into two int8 parts per group, about
+    16 bits, for the integer dot product); elsewhere :func:`cpu_kernels.int4_linear`
+    (fp32 activations, each group widened to fp32 in registers). Longer inputs, or a
+    machine without the C++ kernels, dequantize the weight to fp32 for the fp32 GEMM.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
-        packed, scales, mins = quantize_groups(weight)
         self.out_features, self.in_features = weight.shape
+        self.kernel = cpu_kernels.available()
+        self.vnni = self.kernel and cpu_kernels.int4_vnni_supported()
+        packed, scales, mins = quantize_groups(weight)
+        if self.vnni:
+            packed, scales, mins = tile_groups(packed, scales, mins)
         self.register_buffer("qweight", packed)
         self.register_buffer("scales", scales)
         self.register_buffer("mins", mins)
         self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
-        self.kernel = cpu_kernels.available()
+
+    def _multiply(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 [rows, in] (at most INT4_KERNEL_MAX_ROWS) -> [rows, out], in C++."""
+        if self.vnni:
+            return cpu_kernels.int4_vnni_linear(
+                x, self.qweight, self.scales, self.mins, self.out_features
+            )
+        return cpu_kernels.int4_linear(x, self.qweight, self.scales, self.mins)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in] -> [..., out] in ``x``'s dtype."""
         if self.kernel and _decode_rows(x, INT4_KERNEL_MAX_ROWS):
-            out = cpu_kernels.int4_linear(x, self.qweight, self.scales, self.mins)
+            out = self._multiply(x)
             return out if self.bias is None else out + self.bias
         flat = x.reshape(-1, self.in_features).float()
         if self.kernel and flat.shape[0] <= INT4_KERNEL_MAX_ROWS:
-            out = cpu_kernels.int4_linear(flat, self.qweight, self.scales, self.mins)
+            out = self._multiply(flat)
         else:
             out = F.linear(flat, self.dequantized())
         out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
@@ -306,6 +347,10 @@ class Int4Linear(nn.Module):
 
     def dequantized(self) -> torch.Tensor:
         """The fp32 weight this layer stands for."""
+        if self.vnni:
+            return cpu_kernels.int4_vnni_dequantize(
+                self.qweight, self.scales, self.mins, self.out_features
+            )
         if self.kernel:
             return cpu_kernels.int4_dequantize(self.qweight, self.scales, self.mins)
         return dequantize_groups(self.qweight, self.scales, self.mins)

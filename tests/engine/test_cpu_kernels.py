@@ -133,6 +133,38 @@ def test_int4_linear_and_dequantize_match_the_layout(rows: int, n: int, k: int) 
     torch.testing.assert_close(got.double(), x.double() @ weight.T, atol=1e-4, rtol=1e-5)
 
 
+def activation_error_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """[rows, n]: how far int4_vnni_linear may be from x @ weight.T: each group of 32
+    activations is held to half of its step, |x| max / (127 * 256), plus fp32 slop."""
+    rows, k = x.shape
+    step = x.abs().view(rows, k // 32, 32).amax(-1) / (127 * 256)  # [rows, groups]
+    weight_mass = weight.abs().view(weight.shape[0], k // 32, 32).sum(-1)  # [n, groups]
+    return step.double() @ weight_mass.double().T / 2 + 1e-5 * (x.abs() @ weight.abs().T)
+
+
+@pytest.mark.skipif(not cpu_kernels.int4_vnni_supported(), reason="no AVX512-VNNI")
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 33])
+@pytest.mark.parametrize(("n", "k"), [(70, 64), (6, 96), (32, 576)])
+def test_int4_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k: int) -> None:
+    from mellea.engine.quant import dequantize_groups, quantize_groups, tile_groups
+
+    torch.manual_seed(0)
+    packed, scales, mins = quantize_groups(torch.randn(n, k))
+    weight = dequantize_groups(packed, scales, mins)
+    tiled = tile_groups(packed, scales, mins)
+    assert tiled[0].shape == (-(-n // 16), k // 32, 4, 64)
+    assert torch.equal(cpu_kernels.int4_vnni_dequantize(*tiled, n), weight)
+    x = torch.randn(rows, k) * torch.logspace(-2, 2, k)  # groups of very different sizes
+    x[0, :32] = 0.0  # a group with no step at all
+    got = cpu_kernels.int4_vnni_linear(x, *tiled, n)
+    assert got.dtype == torch.float32 and got.shape == (rows, n)
+    error = (got.double() - x.double() @ weight.double().T).abs()
+    bound = activation_error_bound(x, weight)
+    assert (error <= bound).all(), (error / bound).max()
+    # The bound is tight enough to catch a lost low part: int8 alone is 256x coarser.
+    assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
+
+
 def test_quantized_linears_refuse_mismatched_operands() -> None:
     q, scale = torch.zeros(8, 32, dtype=torch.int8), torch.ones(8)
     with pytest.raises(RuntimeError, match="qweight"):
