@@ -22,69 +22,147 @@ inline const float* as_float(const T* src, float* buf, int64_t n) {
   }
 }
 
-// One task per sequence, all heads together, so each cached token's K (and V) row of
-// Hk * D values is read once and in order.
+// v[i] = exp(v[i] - shift) in place (every v[i] <= shift); returns their sum.
+inline float exp_shifted(float* v, int64_t n, float shift) {
+  float sum = 0.f;
+  int64_t i = 0;
+#ifdef __AVX512F__
+  // exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2 (ln 2 in two parts), and
+  // exp(r) by Cephes' expf polynomial on |r| <= ln 2 / 2: within 2 ulp of std::exp.
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512 total = _mm512_setzero_ps();
+  for (; i < n; i += 16) {
+    const __mmask16 mask = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, v + i), s);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                          _MM_FROUND_TO_NEAREST_INT);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
+                                   _mm512_set1_ps(1.f));
+    const __m512 e = _mm512_scalef_ps(y, k);
+    _mm512_mask_storeu_ps(v + i, mask, e);
+    total = _mm512_add_ps(total, _mm512_maskz_mov_ps(mask, e));
+  }
+  sum = _mm512_reduce_add_ps(total);
+#endif
+  for (; i < n; ++i) {
+    v[i] = std::exp(v[i] - shift);
+    sum += v[i];
+  }
+  return sum;
+}
+
+// Decode attention of one sequence's queries over cached positions [t0, t1), all heads
+// together, so each cached token's K (and V) row of Hk * D values is read once and in
+// order. Leaves the unnormalized result: top[h] (the scores' max), sums[h] (of
+// exp(score - top)) and acc[h * D + d] (the exp-weighted sum of V).
+template <typename T>
+void attend_span(const float* qf, const T* kc, const T* vc, const int32_t* table, int64_t t0,
+                 int64_t t1, int64_t hq, int64_t hk, int64_t dim, int64_t block,
+                 int64_t kv_block_stride, std::vector<float>& scores, std::vector<float>& buf,
+                 float* top, float* sums, float* acc) {
+  const int64_t groups = hq / hk, row_size = hk * dim, n = t1 - t0;
+  scores.resize(hq * n);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t pos = t0 + t;
+    const float* row = as_float(
+        kc + table[pos / block] * kv_block_stride + (pos % block) * row_size, buf.data(),
+        row_size);
+    for (int64_t j = 0; j < hq; ++j) {
+      const float* qj = qf + j * dim;
+      const float* k = row + (j / groups) * dim;
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t d = 0; d < dim; ++d) s += qj[d] * k[d];
+      scores[j * n + t] = s;
+    }
+  }
+  for (int64_t j = 0; j < hq; ++j) {
+    float* sc = scores.data() + j * n;
+    float m = -INFINITY;
+    for (int64_t t = 0; t < n; ++t) m = std::max(m, sc[t]);
+    top[j] = m;
+    sums[j] = exp_shifted(sc, n, m);
+  }
+  std::fill(acc, acc + hq * dim, 0.f);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t pos = t0 + t;
+    const float* row = as_float(
+        vc + table[pos / block] * kv_block_stride + (pos % block) * row_size, buf.data(),
+        row_size);
+    for (int64_t j = 0; j < hq; ++j) {
+      const float p = scores[j * n + t];
+      const float* v = row + (j / groups) * dim;
+      float* a = acc + j * dim;
+#pragma omp simd
+      for (int64_t d = 0; d < dim; ++d) a[d] += p * v[d];
+    }
+  }
+}
+
+// Below this many positions per piece, a sequence is not split between threads.
+constexpr int64_t kMinSpan = 48;
+
+// Each sequence's positions go to `splits` tasks (more than one only when there are
+// fewer sequences than threads: one long context then still uses every core); the
+// pieces are merged by their maxima, as flash-decoding does.
 template <typename T>
 void decode(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_t* tables,
             const int32_t* lens, T* out, int64_t batch, int64_t hq, int64_t hk, int64_t dim,
-            int64_t block, int64_t width, int64_t kv_block_stride, float scale, int64_t window) {
-  const int64_t groups = hq / hk, row_size = hk * dim;
-  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> qf(hq * dim), acc(hq * dim), scores, sums(hq), buf(row_size);
-    for (int64_t b = begin; b < end; ++b) {
+            int64_t block, int64_t width, int64_t kv_block_stride, float scale, int64_t window,
+            int64_t splits) {
+  const int64_t hd = hq * dim, piece = hq * (dim + 2);  // one piece: acc, top, sums
+  std::vector<float> parts(batch * splits * piece);
+  at::parallel_for(0, batch * splits, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> qf(hd), scores, buf(hk * dim);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / splits, c = item % splits;
       const int64_t len = lens[b];
       const int64_t first = window > 0 ? std::max<int64_t>(0, len - window) : 0;
       const int64_t n = len - first;
-      const int32_t* table = tables + b * width;
-      for (int64_t j = 0; j < hq * dim; ++j)
-        qf[j] = static_cast<float>(q[b * q_stride + j]) * scale;
-      scores.resize(hq * n);
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t pos = first + t;
-        const float* row = as_float(
-            kc + table[pos / block] * kv_block_stride + (pos % block) * row_size, buf.data(),
-            row_size);
+      for (int64_t j = 0; j < hd; ++j) qf[j] = static_cast<float>(q[b * q_stride + j]) * scale;
+      float* part = parts.data() + item * piece;
+      attend_span(qf.data(), kc, vc, tables + b * width, first + n * c / splits,
+                  first + n * (c + 1) / splits, hq, hk, dim, block, kv_block_stride, scores, buf,
+                  part + hd, part + hd + hq, part);
+      if (splits == 1) {
         for (int64_t j = 0; j < hq; ++j) {
-          const float* qj = qf.data() + j * dim;
-          const float* k = row + (j / groups) * dim;
-          float s = 0.f;
-#pragma omp simd reduction(+ : s)
-          for (int64_t d = 0; d < dim; ++d) s += qj[d] * k[d];
-          scores[j * n + t] = s;
+          const float inv = 1.f / part[hd + hq + j];
+          T* o = out + (b * hq + j) * dim;
+          for (int64_t d = 0; d < dim; ++d) o[d] = static_cast<T>(part[j * dim + d] * inv);
         }
-      }
-      for (int64_t j = 0; j < hq; ++j) {
-        float* sc = scores.data() + j * n;
-        float top = -INFINITY;
-        for (int64_t t = 0; t < n; ++t) top = std::max(top, sc[t]);
-        float sum = 0.f;
-        for (int64_t t = 0; t < n; ++t) {
-          sc[t] = std::exp(sc[t] - top);
-          sum += sc[t];
-        }
-        sums[j] = sum;
-      }
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t pos = first + t;
-        const float* row = as_float(
-            vc + table[pos / block] * kv_block_stride + (pos % block) * row_size, buf.data(),
-            row_size);
-        for (int64_t j = 0; j < hq; ++j) {
-          const float p = scores[j * n + t];
-          const float* v = row + (j / groups) * dim;
-          float* a = acc.data() + j * dim;
-#pragma omp simd
-          for (int64_t d = 0; d < dim; ++d) a[d] += p * v[d];
-        }
-      }
-      for (int64_t j = 0; j < hq; ++j) {
-        const float inv = 1.f / sums[j];
-        T* o = out + (b * hq + j) * dim;
-        for (int64_t d = 0; d < dim; ++d) o[d] = static_cast<T>(acc[j * dim + d] * inv);
       }
     }
   });
+  if (splits == 1) return;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* first = parts.data() + b * splits * piece;
+    for (int64_t j = 0; j < hq; ++j) {
+      float m = -INFINITY;
+      for (int64_t c = 0; c < splits; ++c) m = std::max(m, first[c * piece + hd + j]);
+      float sum = 0.f, w[64];
+      for (int64_t c = 0; c < splits; ++c) {
+        const float* part = first + c * piece;
+        w[c] = part[hd + j] == -INFINITY ? 0.f : std::exp(part[hd + j] - m);
+        sum += w[c] * part[hd + hq + j];
+      }
+      const float inv = 1.f / sum;
+      T* o = out + (b * hq + j) * dim;
+      for (int64_t d = 0; d < dim; ++d) {
+        float v = 0.f;
+        for (int64_t c = 0; c < splits; ++c) v += w[c] * first[c * piece + j * dim + d];
+        o[d] = static_cast<T>(v * inv);
+      }
+    }
+  }
 }
 
 at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
@@ -103,12 +181,19 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
   const int64_t batch = q.size(0), hq = q.size(1), dim = q.size(2);
   const int64_t block = k_cache.size(1), hk = k_cache.size(2);
   TORCH_CHECK(hq % hk == 0 && dim == k_cache.size(3), "head shapes");
+  const int32_t* lens = context_lens.data_ptr<int32_t>();
+  int64_t longest = 0;
+  for (int64_t b = 0; b < batch; ++b) longest = std::max<int64_t>(longest, lens[b]);
+  if (window > 0) longest = std::min(longest, window);
+  const int64_t threads = at::get_num_threads();
+  const int64_t splits = batch >= threads ? 1
+                                          : std::clamp<int64_t>(longest / kMinSpan, 1,
+                                                                std::min<int64_t>(64, (threads + batch - 1) / batch));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode", [&] {
     decode<scalar_t>(q.data_ptr<scalar_t>(), q.stride(0), k_cache.data_ptr<scalar_t>(),
-                     v_cache.data_ptr<scalar_t>(), block_tables.data_ptr<int32_t>(),
-                     context_lens.data_ptr<int32_t>(), out.data_ptr<scalar_t>(), batch, hq, hk,
-                     dim, block, block_tables.size(1), k_cache.stride(0),
-                     static_cast<float>(scale), window);
+                     v_cache.data_ptr<scalar_t>(), block_tables.data_ptr<int32_t>(), lens,
+                     out.data_ptr<scalar_t>(), batch, hq, hk, dim, block, block_tables.size(1),
+                     k_cache.stride(0), static_cast<float>(scale), window, splits);
   });
   return out;
 }

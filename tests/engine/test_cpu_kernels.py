@@ -63,6 +63,28 @@ def test_paged_decode_matches_gathered_sdpa(dtype, atol, window, n_heads, n_kv) 
     torch.testing.assert_close(got.float(), want, atol=atol, rtol=0)
 
 
+@pytest.mark.parametrize("window", [None, 150])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_paged_decode_splits_long_contexts_between_threads(batch: int, window) -> None:
+    """Fewer sequences than threads: each context is cut into pieces, one task each,
+    merged by their maxima; the result is still attention over the whole context."""
+    torch.manual_seed(0)
+    block, dim, n_heads, n_kv, num_blocks = 16, 64, 9, 3, 64
+    k_cache = torch.randn(num_blocks, block, n_kv, dim)
+    v_cache = torch.randn(num_blocks, block, n_kv, dim)
+    lens = torch.tensor([300, 5, 170][:batch], dtype=torch.int32)  # one too short to split
+    tables = torch.randperm(num_blocks)[: batch * 20].view(batch, 20).to(torch.int32)
+    q = 3 * torch.randn(batch, n_heads, dim)  # peaked scores: the merge's maxima matter
+    threads = torch.get_num_threads()
+    torch.set_num_threads(8)
+    try:
+        got = cpu_kernels.paged_decode(q, k_cache, v_cache, tables, lens, 0.125, window)
+    finally:
+        torch.set_num_threads(threads)
+    want = gathered_attention(q, k_cache, v_cache, tables, lens, 0.125, window)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("with_residual", [False, True])
 def test_rms_norm_matches_reference(dtype, with_residual) -> None:
