@@ -384,7 +384,11 @@ class RefinedHead(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> fp32 logits [N, vocab]."""
         logits = self.inner(hidden).float()
-        top = logits.topk(min(HEAD_REFINE, logits.shape[-1]), dim=-1).indices
+        k = min(HEAD_REFINE, logits.shape[-1])
+        if logits.device.type == "cpu" and cpu_kernels.available():
+            top = cpu_kernels.top_k(logits, k)[1]
+        else:
+            top = logits.topk(k, dim=-1).indices
         exact = torch.bmm(self.exact[top], hidden.float().unsqueeze(-1)).squeeze(-1)
         if self.inner.bias is not None:
             exact = exact + self.inner.bias[top]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mellea.engine import cpu_kernels
 from mellea.engine.constraints import Constraint, mask_logits
 from mellea.engine.sequence import Sequence
 from mellea.engine.types import TokenLogprobs
@@ -240,6 +241,8 @@ def pick_tokens(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     if batch.constraints is not None:
         mask_logits(logits, batch.constraints)
     if batch.all_greedy:
+        if logits.device.type == "cpu" and cpu_kernels.available():
+            return cpu_kernels.top_k(logits, 1)[1][:, 0]  # the first maximum, as below
         # max() finds the same first maximum as argmax() and runs ~3x faster on CPU.
         return logits.max(dim=-1).indices
     logits = apply_penalties(logits, batch)

@@ -187,6 +187,24 @@ def test_int4_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k:
     assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
 
 
+@pytest.mark.parametrize(
+    ("rows", "n", "k"), [(1, 49152, 32), (5, 1000, 7), (3, 20, 20), (2, 37, 1)]
+)
+def test_top_k_matches_torch_and_puts_the_first_of_equals_first(rows: int, n: int, k: int):
+    torch.manual_seed(0)
+    x = torch.randn(rows, n) * 3
+    x[0, n // 2] = float("-inf")  # a masked logit
+    values, indices = cpu_kernels.top_k(x, k)
+    want = x.topk(k, dim=-1)
+    assert indices.dtype == torch.long and values.shape == indices.shape == (rows, k)
+    assert torch.equal(values, want.values) and torch.equal(indices, want.indices)
+    assert torch.equal(cpu_kernels.top_k(x, 1)[1][:, 0], x.max(dim=-1).indices)
+    # Ties: values in order, equal ones by index, as greedy decoding needs.
+    tied = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0] + [0.0] * 40])
+    assert cpu_kernels.top_k(tied, 4)[1].tolist() == [[1, 2, 4, 3]]
+    assert cpu_kernels.top_k(torch.zeros(1, 50), 3)[1].tolist() == [[0, 1, 2]]
+
+
 def test_quantized_linears_refuse_mismatched_operands() -> None:
     q, scale = torch.zeros(8, 32, dtype=torch.int8), torch.ones(8)
     with pytest.raises(RuntimeError, match="qweight"):
