@@ -23,32 +23,41 @@ inline const float* as_float(const T* src, float* buf, int64_t n) {
   }
 }
 
+#ifdef __AVX512F__
+// exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2 (ln 2 in two parts), and
+// exp(r) by Cephes' expf polynomial on |r| <= ln 2 / 2: within 2 ulp of std::exp.
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y =
+      _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(y, k);
+}
+
+inline __mmask16 first_lanes(int64_t left) {
+  return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u);
+}
+#endif
+
 // v[i] = exp(v[i] - shift) in place (every v[i] <= shift); returns their sum.
 inline float exp_shifted(float* v, int64_t n, float shift) {
   float sum = 0.f;
   int64_t i = 0;
 #ifdef __AVX512F__
-  // exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2 (ln 2 in two parts), and
-  // exp(r) by Cephes' expf polynomial on |r| <= ln 2 / 2: within 2 ulp of std::exp.
   const __m512 s = _mm512_set1_ps(shift);
   __m512 total = _mm512_setzero_ps();
   for (; i < n; i += 16) {
-    const __mmask16 mask = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
-    __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, v + i), s);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                          _MM_FROUND_TO_NEAREST_INT);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
-                                   _mm512_set1_ps(1.f));
-    const __m512 e = _mm512_scalef_ps(y, k);
+    const __mmask16 mask = first_lanes(n - i);
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, v + i), s));
     _mm512_mask_storeu_ps(v + i, mask, e);
     total = _mm512_add_ps(total, _mm512_maskz_mov_ps(mask, e));
   }
@@ -59,6 +68,38 @@ inline float exp_shifted(float* v, int64_t n, float shift) {
     sum += v[i];
   }
   return sum;
+}
+
+// SwiGLU's activation over a fused [gate | up] row: silu(gate) * up, [T, 2I] -> [T, I]
+// (three PyTorch ops and a copy of the halves before).
+at::Tensor silu_and_mul(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kFloat &&
+                  x.size(1) % 2 == 0,
+              "x: [T, 2I] fp32, dense");
+  const int64_t T = x.size(0), I = x.size(1) / 2;
+  auto out = at::empty({T, I}, x.options());
+  const float* xp = x.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, T, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* gate = xp + t * 2 * I;
+      const float* up = gate + I;
+      float* o = op + t * I;
+      int64_t i = 0;
+#ifdef __AVX512F__
+      for (; i < I; i += 16) {
+        const __mmask16 mask = first_lanes(I - i);
+        const __m512 g = _mm512_maskz_loadu_ps(mask, gate + i);
+        const __m512 u = _mm512_maskz_loadu_ps(mask, up + i);
+        const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));  // exp(-g)
+        const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e));
+        _mm512_mask_storeu_ps(o + i, mask, _mm512_mul_ps(silu, u));
+      }
+#endif
+      for (; i < I; ++i) o[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
+    }
+  });
+  return out;
 }
 
 // Decode attention of one sequence's queries over cached positions [t0, t1), all heads
@@ -788,6 +829,8 @@ TORCH_LIBRARY(mellea_cpu, m) {
   m.impl("rope_store_kv", c10::DispatchKey::CPU, TORCH_FN(rope_store_kv));
   m.def("int4_vnni_supported() -> bool", &int4_vnni_supported);
   m.def("top_k(Tensor x, int k) -> (Tensor, Tensor)");
+  m.def("silu_and_mul(Tensor x) -> Tensor");
+  m.impl("silu_and_mul", c10::DispatchKey::CPU, TORCH_FN(silu_and_mul));
   m.impl("top_k", c10::DispatchKey::CPU, TORCH_FN(top_k));
   m.def("int4_vnni_linear(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int n) -> Tensor");
   m.impl("int4_vnni_linear", c10::DispatchKey::CPU, TORCH_FN(int4_vnni_linear));

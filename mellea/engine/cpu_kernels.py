@@ -183,6 +183,13 @@ def int4_vnni_dequantize(
     return torch.ops.mellea_cpu.int4_vnni_dequantize(qweight, scales, mins, n)
 
 
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) * up`` of a fused [gate | up] ``x`` [T, 2I] fp32 -> [T, I] in one op."""
+    if not x.is_contiguous():
+        x = x.contiguous()
+    return torch.ops.mellea_cpu.silu_and_mul(x)
+
+
 def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, indices) of the ``k`` largest of each row of ``x`` [M, N] fp32, largest
     first; among equal values the first index first, so ``k == 1`` is the index that

@@ -114,6 +114,8 @@ class Attention(nn.Module):
                 qkv, rope[self.rope_kind], k_cache, v_cache, meta.slot_mapping, n_heads, n_kv
             )
             q = qkv[:, : self.q_size].view(n_tokens, n_heads, head_dim)
+            if meta.num_decode == n_tokens:  # decodes only: k and v are in the cache now
+                return self.o_proj(self._decode(q, k_cache, v_cache, meta))
             k = qkv[:, self.q_size : self.q_size + self.kv_size].view(n_tokens, n_kv, head_dim)
             v = qkv[:, self.q_size + self.kv_size :].view(n_tokens, n_kv, head_dim)
             return self.o_proj(self._attend(q, k, v, k_cache, v_cache, meta))
@@ -237,11 +239,16 @@ class MLP(nn.Module):
         super().__init__()
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, cfg.mlp_bias)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, cfg.mlp_bias)
-        self.act = kernels.silu_and_mul if cfg.activation == "silu" else kernels.gelu_tanh_and_mul
+        self.silu = cfg.activation == "silu"
+        self.act = kernels.silu_and_mul if self.silu else kernels.gelu_tanh_and_mul
+        self.path = "kernels"  # see _norm; DecoderModel.use_cpu_kernel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[T, hidden] -> [T, hidden]."""
-        return self.down_proj(self.act(self.gate_up_proj(x)))
+        h = self.gate_up_proj(x)
+        if self.path == "cpp" and self.silu and h.dtype == torch.float32:
+            return self.down_proj(cpu_kernels.silu_and_mul(h))
+        return self.down_proj(self.act(h))
 
 
 class DecoderLayer(nn.Module):
@@ -334,7 +341,7 @@ class DecoderModel(nn.Module):
             return
         self.path = "cpp" if on else "torch"
         for layer in self.layers:
-            layer.path = layer.self_attn.path = self.path
+            layer.path = layer.self_attn.path = layer.mlp.path = self.path
 
     def init_rope(self, device: torch.device) -> None:
         """Build the rotary tables (kept out of the state dict)."""

@@ -205,6 +205,18 @@ def test_top_k_matches_torch_and_puts_the_first_of_equals_first(rows: int, n: in
     assert cpu_kernels.top_k(torch.zeros(1, 50), 3)[1].tolist() == [[0, 1, 2]]
 
 
+@pytest.mark.parametrize(("tokens", "inner"), [(1, 1536), (9, 40)])  # 40: a partial vector
+def test_silu_and_mul_matches_the_reference(tokens: int, inner: int) -> None:
+    from mellea.engine.kernels.activation import silu_and_mul_ref
+
+    torch.manual_seed(0)
+    x = torch.randn(tokens, 2 * inner) * 4
+    x[0, 0], x[0, 1] = -120.0, 120.0  # exp's range clamps
+    got = cpu_kernels.silu_and_mul(x)
+    assert got.shape == (tokens, inner)
+    torch.testing.assert_close(got, silu_and_mul_ref(x), atol=1e-6, rtol=1e-6)
+
+
 def test_quantized_linears_refuse_mismatched_operands() -> None:
     q, scale = torch.zeros(8, 32, dtype=torch.int8), torch.ones(8)
     with pytest.raises(RuntimeError, match="qweight"):
