@@ -530,6 +530,10 @@ at::Tensor int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
 // Rows past N are zero. About 4x fewer instructions than widening to fp32.
 
 constexpr int64_t kTile = 16;
+// How far ahead of the group being multiplied its weights are prefetched: the
+// hardware's stream prefetch alone leaves a batch-1 step's int4 linears 14 % slower
+// (4.52 against 3.90 ms, 2048 bytes ahead; 1024: 4.05 ms; alternating in one process).
+constexpr int64_t kPrefetch = 2048;
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 constexpr bool kVnni = true;
@@ -583,6 +587,8 @@ void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const 
   for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   const uint8_t* w = qw + t * G * 256;
   for (int64_t g = 0; g < G; ++g, w += 256) {
+    for (int line = 0; line < 256; line += 64)  // (a prefetch past the end is harmless)
+      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch + line), _MM_HINT_T0);
     __m512i wv[8];
     for (int s = 0; s < 4; ++s) {
       const __m512i v = _mm512_loadu_si512(w + 64 * s);
