@@ -819,6 +819,36 @@ void rope_store_kv(const at::Tensor& qkv, const at::Tensor& rope, const at::Tens
   });
 }
 
+// A whole decoder layer of the Llama shape for a decode-only step, with int4 weights
+// on VNNI: RMSNorm (with the residual add), fused QKV, RoPE and the cache write,
+// paged decode attention, the output projection, RMSNorm, gate|up, SiLU-and-mul, down.
+// The same ops as the layer's Python path, called from C++: a decode step of a small
+// model spends about as long in Python between ops as in some of the ops. weights:
+// (qweight, scales, mins) of qkv, o, gate_up and down; out_features: their sizes.
+// residual becomes x + residual; returns the MLP's output (before its residual add).
+at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
+                        const at::Tensor& attn_norm, const at::Tensor& mlp_norm,
+                        at::TensorList weights, at::IntArrayRef out_features,
+                        const at::Tensor& k_cache, const at::Tensor& v_cache,
+                        const at::Tensor& rope, const at::Tensor& slots,
+                        const at::Tensor& block_tables, const at::Tensor& context_lens,
+                        int64_t heads, int64_t kv_heads, double eps, double scale,
+                        int64_t window) {
+  TORCH_CHECK(weights.size() == 12 && out_features.size() == 4, "four int4 layers");
+  auto linear = [&](const at::Tensor& in, int64_t i) {
+    return int4_vnni_linear(in, weights[3 * i], weights[3 * i + 1], weights[3 * i + 2],
+                            out_features[i]);
+  };
+  const int64_t T = x.size(0), dim = out_features[0] / (heads + 2 * kv_heads);
+  at::Tensor h = rms_norm(x, residual, attn_norm, eps);
+  at::Tensor qkv = linear(h, 0);
+  rope_store_kv(qkv, rope, k_cache, v_cache, slots, heads, kv_heads);
+  at::Tensor q = qkv.narrow(1, 0, heads * dim).view({T, heads, dim});
+  at::Tensor attn = paged_decode(q, k_cache, v_cache, block_tables, context_lens, scale, window);
+  h = rms_norm(linear(attn.view({T, heads * dim}), 1), residual, mlp_norm, eps);
+  return linear(silu_and_mul(linear(h, 2)), 3);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(mellea_cpu, m) {
@@ -839,6 +869,11 @@ TORCH_LIBRARY(mellea_cpu, m) {
   m.def("int4_vnni_supported() -> bool", &int4_vnni_supported);
   m.def("top_k(Tensor x, int k) -> (Tensor, Tensor)");
   m.def("silu_and_mul(Tensor x) -> Tensor");
+  m.def("decode_layer(Tensor x, Tensor(a!) residual, Tensor attn_norm, Tensor mlp_norm, "
+        "Tensor[] weights, int[] out_features, Tensor(b!) k_cache, Tensor(c!) v_cache, "
+        "Tensor rope, Tensor slots, Tensor block_tables, Tensor context_lens, int heads, "
+        "int kv_heads, float eps, float scale, int window) -> Tensor");
+  m.impl("decode_layer", c10::DispatchKey::CPU, TORCH_FN(decode_layer));
   m.impl("silu_and_mul", c10::DispatchKey::CPU, TORCH_FN(silu_and_mul));
   m.impl("top_k", c10::DispatchKey::CPU, TORCH_FN(top_k));
   m.def("int4_vnni_linear(Tensor x, Tensor qweight, Tensor scales, Tensor mins, int n) -> Tensor");

@@ -32,6 +32,7 @@ import platform
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -181,6 +182,51 @@ def int4_vnni_dequantize(
 ) -> torch.Tensor:
     """The fp32 weight [N, K] that :func:`int4_vnni_linear`'s operands stand for."""
     return torch.ops.mellea_cpu.int4_vnni_dequantize(qweight, scales, mins, n)
+
+
+def decode_layer(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    rope: torch.Tensor,
+    meta: Any,
+    attn_norm: torch.Tensor,
+    mlp_norm: torch.Tensor,
+    weights: list[torch.Tensor],
+    out_features: list[int],
+    heads: int,
+    kv_heads: int,
+    eps: float,
+    scale: float,
+    window: int,
+) -> torch.Tensor:
+    """One Llama-shaped decoder layer of a decode-only step in a single op: x [T, H] fp32
+    -> the MLP's output [T, H]; ``residual`` becomes x + residual in place, this step's
+    K and V go into the caches. ``weights``: (qweight, scales, mins) of the qkv, o,
+    gate|up and down :class:`~mellea.engine.quant.Int4Linear` layers (VNNI layout);
+    ``rope``: this step's complex rotations; ``meta``: the step's
+    :class:`~mellea.engine.cpu_attention.AttentionMetadata`. See
+    :meth:`mellea.engine.model.DecoderModel.forward` for who may call it."""
+    return torch.ops.mellea_cpu.decode_layer(
+        x,
+        residual,
+        attn_norm,
+        mlp_norm,
+        weights,
+        out_features,
+        k_cache,
+        v_cache,
+        torch.view_as_real(rope),
+        meta.slot_mapping,
+        meta.decode_block_tables,
+        meta.decode_context_lens,
+        heads,
+        kv_heads,
+        eps,
+        scale,
+        window,
+    )
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:

@@ -329,6 +329,7 @@ class DecoderModel(nn.Module):
         self.max_positions = max_positions
         self.embed_scale = cfg.embed_scale
         self.rope: dict[str, torch.Tensor] = {}
+        self._fused: list[tuple] | bool | None = None  # see _fused_layers
 
     @property
     def cpu_kernel(self) -> bool:
@@ -340,6 +341,7 @@ class DecoderModel(nn.Module):
         if not self.fast_cpu:
             return
         self.path = "cpp" if on else "torch"
+        self._fused = None
         for layer in self.layers:
             layer.path = layer.self_attn.path = layer.mlp.path = self.path
 
@@ -365,10 +367,61 @@ class DecoderModel(nn.Module):
         if self.fast_cpu:
             rope = {kind: table[positions].unsqueeze(1) for kind, table in rope.items()}
         residual = None
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
-            x, residual = layer(x, residual, positions, rope, k_cache, v_cache, meta)
+        fused = self._fused_layers() if meta.num_decode == x.shape[0] else None
+        if fused and kv_caches[0][0].dtype == torch.float32:
+            residual, x = x, torch.zeros_like(x)  # the first norm adds x to the residual
+            for args, kind, (k_cache, v_cache) in zip(fused, self._kinds, kv_caches, strict=True):
+                x = cpu_kernels.decode_layer(x, residual, k_cache, v_cache, rope[kind], meta, *args)
+        else:
+            for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
+                x, residual = layer(x, residual, positions, rope, k_cache, v_cache, meta)
         x, _ = _norm(x, self.norm, self.cfg.rms_norm_eps, residual, self.path)
         return x
+
+    def _fused_layers(self) -> list[tuple] | None:
+        """Per layer, what :func:`cpu_kernels.decode_layer` takes besides the step's
+        tensors, when every layer has the shape it runs (a Llama-like layer: norms before
+        attention and MLP only, no q/k norms, biases or multipliers, SiLU, int4 weights
+        on VNNI, on the C++ path); otherwise None. Worked out once."""
+        from mellea.engine.quant import Int4Linear
+
+        if self._fused is None:
+            self._fused = False
+            plans = []
+            for layer in self.layers:
+                attn, mlp = layer.self_attn, layer.mlp
+                linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+                attn_in, attn_out, mlp_in, mlp_out = layer.norms
+                if not (
+                    self.path == "cpp"
+                    and attn_in is not None
+                    and mlp_in is not None
+                    and attn_out is None
+                    and mlp_out is None
+                    and layer.residual_multiplier == 1.0
+                    and attn.qk_norm is None
+                    and mlp.silu
+                    and all(isinstance(m, Int4Linear) and m.vnni for m in linears)
+                    and all(m.bias is None for m in linears)
+                ):
+                    return None
+                weights = [t for m in linears for t in (m.qweight, m.scales, m.mins)]
+                plans.append(
+                    (
+                        getattr(layer, attn_in),
+                        getattr(layer, mlp_in),
+                        weights,
+                        [m.out_features for m in linears],
+                        attn.num_heads,
+                        attn.num_kv_heads,
+                        layer.eps,
+                        attn.scale,
+                        attn.window or 0,
+                    )
+                )
+            self._kinds = [layer.self_attn.rope_kind for layer in self.layers]
+            self._fused = plans
+        return self._fused or None
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> fp32 logits [N, vocab] (scaled and soft-capped as configured)."""

@@ -308,3 +308,39 @@ def test_every_family_runs_in_each_format(fmt: str, tmp_path_factory, tiny_model
         finally:
             fp32.shutdown()
             other.shutdown()
+
+
+@pytest.mark.parametrize("contexts", [[70], [40, 70, 9]])
+def test_fused_decode_layers_match_the_layer_path_bit_for_bit(make_engine, contexts):
+    """A decode-only int4 step on VNNI runs each Llama-shaped layer as one C++ op
+    (cpu_kernels.decode_layer); it must compute exactly what the layers' own path does."""
+    from mellea.engine import cpu_kernels
+    from mellea.engine.scheduler import ScheduledBatch
+    from mellea.engine.sequence import Sequence
+    from mellea.engine.types import SamplingParams
+
+    if not cpu_kernels.int4_vnni_supported():
+        pytest.skip("no AVX512-VNNI")
+    runner = make_engine(dtype="int4").runner
+    model = runner.model
+    assert model._fused_layers() is not None  # the tiny Llama qualifies
+    torch.manual_seed(0)
+    with torch.no_grad():
+        runner.k_cache.normal_()
+        runner.v_cache.normal_()
+    seqs, next_block = [], 1
+    for i, ctx in enumerate(contexts):
+        seq = Sequence(f"s{i}", [(5 * i + j) % 200 + 3 for j in range(ctx)], SamplingParams(), 8)
+        blocks = -(-ctx // runner.block_size)
+        seq.block_table = list(range(next_block, next_block + blocks))
+        next_block += blocks
+        seq.num_computed = ctx - 1
+        seqs.append(seq)
+    inputs = runner.prepare(ScheduledBatch(decodes=seqs))
+    args = (inputs.input_ids, inputs.positions, runner.kv_caches, inputs.meta)
+    with torch.inference_mode():
+        fused = model(*args)
+        model._fused = False  # the layers' own path
+        layered = model(*args)
+    assert torch.equal(fused, layered)
+    assert layered.abs().max() > 0
