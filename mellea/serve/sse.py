@@ -31,11 +31,15 @@ STREAM_HEADERS = {
 }
 
 
+class Closing(list):
+    """The last frames of a stream: sent in one write with the end of the body."""
+
+
 class EventStreamResponse(Response):
     """``text/event-stream`` of ``events`` (dicts of ``ServerSentEvent`` fields, e.g.
     ``{"data": ...}`` or ``{"event": ..., "data": ...}``, or lists of them to send in
-    one write), with keep-alive comments after ``keepalive_seconds`` without a frame
-    (``0``: none)."""
+    one write; a :class:`Closing` list ends the body), with keep-alive comments after
+    ``keepalive_seconds`` without a frame (``0``: none)."""
 
     media_type = "text/event-stream"
 
@@ -54,6 +58,7 @@ class EventStreamResponse(Response):
         self._send_lock = asyncio.Lock()
         self._last_write = time.monotonic()
         self._left = False  # the client disconnected
+        self._ended = False  # the body's end was sent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Send the headers, then each event as it comes, until the events end or the
@@ -66,12 +71,14 @@ class EventStreamResponse(Response):
                 send, {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
             )
             async for item in self.events:
+                if self._ended:
+                    continue  # nothing goes after the body's end
                 if isinstance(item, Mapping):
                     data = ServerSentEvent(**item).encode()
                 else:
                     data = b"".join(ServerSentEvent(**event).encode() for event in item)
-                await self._write(send, _body(data))
-            await self._write(send, {"type": "http.response.body", "body": b"", "more_body": False})
+                await self._write(send, _body(data, more=not isinstance(item, Closing)))
+            await self._write(send, _body(b"", more=False))
         except asyncio.CancelledError:
             if not self._left:
                 raise
@@ -86,6 +93,9 @@ class EventStreamResponse(Response):
 
     async def _write(self, send: Send, message: dict) -> None:
         async with self._send_lock:
+            if self._ended:
+                return
+            self._ended = message.get("more_body") is False
             await send(message)
             self._last_write = time.monotonic()
 
@@ -107,8 +117,8 @@ class EventStreamResponse(Response):
                 return
 
 
-def _body(data: bytes) -> dict:
-    return {"type": "http.response.body", "body": data, "more_body": True}
+def _body(data: bytes, more: bool = True) -> dict:
+    return {"type": "http.response.body", "body": data, "more_body": more}
 
 
 async def close_events(events: AsyncIterator[object]) -> None:

@@ -31,7 +31,7 @@ from mellea.serve.protocol import (
     Usage,
 )
 from mellea.serve.reading import ThunkReader
-from mellea.serve.sse import EventStreamResponse, close_events
+from mellea.serve.sse import Closing, EventStreamResponse, close_events
 
 log = logging.getLogger("mellea.serve")
 
@@ -178,8 +178,8 @@ def chat_completion_events(
     observer: StreamObserver | None = None,
     traces: list[ProgramTrace] | None = None,
 ) -> AsyncIterator[dict[str, str] | list[dict[str, str]]]:
-    """SSE events (``{"data": ...}`` dicts, the last ones in a list) for one streamed
-    chat completion.
+    """SSE events (``{"data": ...}`` dicts, the last ones in a :class:`Closing` list
+    that ends the body) for one streamed chat completion.
 
     Each source is one choice (``n`` > 1 gives several); their chunks interleave, each
     with its ``index``. With a parser, that choice's reasoning goes out as
@@ -314,13 +314,24 @@ async def _framed(
     completion_id: str,
 ) -> AsyncIterator[dict[str, str] | list[dict[str, str]]]:
     """The frames of every choice's chunks as they come, then the ``ending`` frames and
-    ``[DONE]`` together (one write). A failure on the way becomes one error frame before
-    ``[DONE]``; stopping early closes every choice (and so its generation)."""
-    chunks = streams[0] if len(streams) == 1 else merged(streams)
+    ``[DONE]`` together with the end of the body (one write). A failure on the way
+    becomes one error frame before ``[DONE]``; stopping early closes every choice (and
+    so its generation).
+
+    With one choice its finish chunk joins that write too: nothing can come between
+    it and the choice's end, and every chunk a client parses costs it time."""
+    single = len(streams) == 1
+    chunks = streams[0] if single else merged(streams)
+    held: list[dict[str, str]] = []  # the single choice's finish chunk
     last: list[dict[str, str]] = []
     try:
         async for item in chunks:
-            yield to_frame(item)
+            if held:  # not the end after all
+                yield held.pop()
+            if single and getattr(item, "finish_reason", None) is not None:
+                held.append(to_frame(item))
+            else:
+                yield to_frame(item)
         last = ending()
     except (asyncio.CancelledError, GeneratorExit):
         raise
@@ -328,7 +339,7 @@ async def _framed(
         last = [error_event(exc, completion_id)]
     finally:
         await close_events(chunks)
-    yield [*last, {"data": DONE}]
+    yield Closing([*held, *last, {"data": DONE}])
 
 
 async def merged(streams: list[AsyncIterator[T]]) -> AsyncIterator[T]:

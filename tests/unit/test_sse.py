@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from mellea.serve.sse import EventStreamResponse
+from mellea.serve.sse import Closing, EventStreamResponse
 
 SCOPE = {"type": "http", "method": "GET", "path": "/", "headers": []}
 
@@ -51,6 +51,18 @@ async def test_frames_are_sent_in_order_and_the_stream_ends():
     )
     assert client.messages[3]["body"] == b"data: three\r\n\r\ndata: [DONE]\r\n\r\n"
     assert client.messages[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def test_closing_frames_end_the_body_in_their_write_and_nothing_follows():
+    async def events() -> AsyncIterator[dict[str, str] | list[dict[str, str]]]:
+        yield {"data": "one"}
+        yield Closing([{"data": "two"}, {"data": "[DONE]"}])
+        yield {"data": "after the end"}
+
+    client = Client()
+    await EventStreamResponse(events())(SCOPE, client.receive, client.send)
+    assert [m.get("more_body") for m in client.messages] == [None, True, False]
+    assert client.messages[-1]["body"] == b"data: two\r\n\r\ndata: [DONE]\r\n\r\n"
 
 
 async def test_an_idle_stream_sends_keepalive_comments():
@@ -107,3 +119,33 @@ async def test_a_cancel_from_outside_still_cancels():
     streaming.cancel()  # e.g. the server shutting down
     await asyncio.wait([streaming], timeout=2)
     assert streaming.cancelled()
+
+
+async def _items(events: AsyncIterator[object]) -> list[object]:
+    return [item async for item in events]
+
+
+async def test_one_choice_sends_its_finish_usage_and_done_with_the_end_of_the_body():
+    from mellea.core.thunk import ModelOutputThunk
+    from mellea.serve.stream import chat_completion_events
+
+    def events(n: int) -> AsyncIterator[object]:
+        return chat_completion_events(
+            [ModelOutputThunk("hello") for _ in range(n)],
+            [None] * n,
+            completion_id="chatcmpl-1",
+            created=0,
+            model="m",
+            include_usage=True,
+        )
+
+    role, content, last = await _items(events(1))
+    assert '"role":"assistant"' in role["data"] and '"content":"hello"' in content["data"]
+    assert isinstance(last, Closing)
+    assert ['"finish_reason":"stop"' in f["data"] for f in last] == [True, False, False]
+    assert '"usage":{' in last[1]["data"] and last[2] == {"data": "[DONE]"}
+
+    # Two choices: a finish is not the end, so each goes out as it comes.
+    *chunks, last = await _items(events(2))
+    assert sum('"finish_reason":"stop"' in c["data"] for c in chunks) == 2
+    assert isinstance(last, Closing) and len(last) == 2
