@@ -22,7 +22,10 @@ TTFT p50/p99, errors (counted, never fatal), and ours/peer ratios.
 A second part measures serving overhead: a program returning a fixed text (no
 model, `benchmarks/programs_peers/`), served by upstream's `m serve` and ours,
 16 streaming clients x 100 requests each, 5 rounds alternating between the two;
-median requests per second and server CPU per request, and ours/upstream.
+median requests per second and server CPU per request, and ours/upstream. Its
+clients speak HTTP/1.1 on raw sockets (`RawConnection`), so that they cost far less
+CPU than the servers: with httpx the client was the slower side of the 2 cores and
+requests per second measured it, not the servers.
 
 The first run builds what it needs under `benchmarks/peers/` (git-ignored):
 `llama-server` (about 6 minutes on 2 cores) and upstream's venv; later runs reuse
@@ -449,31 +452,102 @@ def measure_server(
 # -- serving overhead ---------------------------------------------------------------
 
 
-async def overhead_run(base_url: str, clients: int, per_client: int) -> dict[str, Any]:
-    """Requests per second of ``clients`` streaming clients against a fixed-text program."""
-    url = base_url + "/v1/chat/completions"
-    samples: list[Sample] = []
+class RawConnection:
+    """One keep-alive HTTP/1.1 connection that posts a request and reads a chunked
+    reply, with no HTTP library: the overhead part's client must cost less than the
+    servers it measures (httpx spent about 1.4 ms of CPU per request here, twice what
+    either server spends), or requests per second measure the client."""
 
-    async def client_loop(client: httpx.AsyncClient, k: int) -> None:
-        for j in range(per_client):
-            samples.append(await stream_one(client, url, chat_body(k * per_client + j, 64, {})))
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
 
-    limits = httpx.Limits(max_connections=clients + 1)
-    async with httpx.AsyncClient(timeout=CLIENT_TIMEOUT_S, limits=limits) as client:
-        for i in range(clients):  # warm-up: open the connections, first-call costs
-            await stream_one(client, url, chat_body(50_000 + i, 64, {}))
+    async def post(self, path: str, body: bytes) -> tuple[int, bytes, float]:
+        """(status, the whole body, seconds to the first body chunk that carries text)."""
+        if self.writer is None or self.writer.is_closing():
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
         started = time.perf_counter()
-        await asyncio.gather(*(client_loop(client, k) for k in range(clients)))
-        wall = time.perf_counter() - started
-    latencies = [s.ttft_s for s in samples if s.error is None]
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        headers = (await self.reader.readuntil(b"\r\n\r\n")).lower()
+        status = int(headers.split(b" ", 2)[1])
+        first, parts = None, []
+        if b"transfer-encoding: chunked" in headers:
+            while size := int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                parts.append((await self.reader.readexactly(size + 2))[:-2])
+                if first is None and b'"content":"A' in parts[-1]:
+                    first = time.perf_counter() - started
+            await self.reader.readuntil(b"\r\n")
+        else:
+            length = headers.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0]
+            parts.append(await self.reader.readexactly(int(length)))
+        if b"connection: close" in headers:
+            self.writer.close()
+        return (
+            status,
+            b"".join(parts),
+            first if first is not None else time.perf_counter() - started,
+        )
+
+    def close(self) -> None:
+        """Close the socket, if open."""
+        if self.writer is not None:
+            self.writer.close()
+
+
+async def overhead_run(base_url: str, clients: int, per_client: int) -> dict[str, Any]:
+    """Requests per second of ``clients`` streaming clients against a fixed-text program;
+    a request counts when it ends with 200, the reply's text and ``[DONE]``."""
+    host, port = base_url.removeprefix("http://").split(":")
+    latencies: list[float] = []
+    errors = 0
+
+    async def one(connection: RawConnection, i: int) -> None:
+        nonlocal errors
+        body = json.dumps(chat_body(i, 64, {})).encode()
+        try:
+            status, reply, first = await connection.post("/v1/chat/completions", body)
+        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+            connection.close()
+            connection.writer = None
+            errors += 1
+            return
+        if status == 200 and b"A fixed reply" in reply and b"data: [DONE]" in reply[-24:]:
+            latencies.append(first)
+        else:
+            errors += 1
+
+    async def client_loop(connection: RawConnection, k: int) -> None:
+        for j in range(per_client):
+            await one(connection, k * per_client + j)
+
+    connections = [RawConnection(host, int(port)) for _ in range(clients)]
+    try:
+        for i, connection in enumerate(connections):  # warm-up: open, first-call costs
+            await one(connection, 50_000 + i)
+        latencies.clear()
+        errors = 0
+        started, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(client_loop(c, k) for k, c in enumerate(connections)))
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    finally:
+        for connection in connections:
+            connection.close()
+    requests = clients * per_client
     return {
         "clients": clients,
-        "requests": len(samples),
+        "requests": requests,
         "wall_s": round(wall, 3),
         "requests_per_s": round(len(latencies) / wall, 1),
+        "client_cpu_ms_per_request": round(1000 * cpu / requests, 3),
         "first_content_p50_ms": round(1000 * percentile(latencies, 50), 2) if latencies else None,
         "first_content_p99_ms": round(1000 * percentile(latencies, 99), 2) if latencies else None,
-        "errors": len(samples) - len(latencies),
+        "errors": errors,
     }
 
 
@@ -526,6 +600,9 @@ def measure_overhead(
             "errors": sum(r["errors"] for r in measured),
             "rounds_requests_per_s": [r["requests_per_s"] for r in measured],
             "rounds_server_cpu_ms": [r["server_cpu_ms_per_request"] for r in measured],
+            "client_cpu_ms_per_request": sorted(r["client_cpu_ms_per_request"] for r in measured)[
+                len(measured) // 2
+            ],
             "load": measured[-1]["load"],
         }
         print(
@@ -577,12 +654,16 @@ def print_tables(rows: list[dict], overhead: list[dict]) -> None:
             for r in table:
                 print(f"| {r['ours']} / {r['peer']} | {r['concurrency']} | {r['ratio']} |")
     if overhead:
-        print("\n| fixed text | req/s (median) | server CPU / request (median) | rounds | errors |")
-        print("| --- | ---: | ---: | --- | ---: |")
+        print(
+            "\n| fixed text | req/s (median) | server CPU / request (median) "
+            "| client CPU / request | rounds | errors |"
+        )
+        print("| --- | ---: | ---: | ---: | --- | ---: |")
         for r in overhead:
             print(
                 f"| {r['server']} | {r['requests_per_s']} | {r['server_cpu_ms_per_request']} ms "
-                f"| {r['rounds_requests_per_s']} | {r['errors']} |"
+                f"| {r['client_cpu_ms_per_request']} ms | {r['rounds_requests_per_s']} "
+                f"| {r['errors']} |"
             )
         by = {r["server"]: r for r in overhead}
         if "ours" in by and "upstream" in by and by["upstream"]["requests_per_s"]:
