@@ -230,10 +230,11 @@ def decode_layer(
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    """``silu(gate) * up`` of a fused [gate | up] ``x`` [T, 2I] fp32 -> [T, I] in one op."""
-    if not x.is_contiguous():
-        x = x.contiguous()
-    return torch.ops.mellea_cpu.silu_and_mul(x)
+    """``silu(gate) * up`` of a fused [gate | up] ``x`` [..., 2I] fp32 -> [..., I] in one op."""
+    rows = x.reshape(-1, x.shape[-1])  # the op takes [T, 2I]; leading dims are rows
+    if not rows.is_contiguous():
+        rows = rows.contiguous()
+    return torch.ops.mellea_cpu.silu_and_mul(rows).view(*x.shape[:-1], x.shape[-1] // 2)
 
 
 def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -215,6 +215,9 @@ def test_silu_and_mul_matches_the_reference(tokens: int, inner: int) -> None:
     got = cpu_kernels.silu_and_mul(x)
     assert got.shape == (tokens, inner)
     torch.testing.assert_close(got, silu_and_mul_ref(x), atol=1e-6, rtol=1e-6)
+    # A batch-shaped input [B, T, 2I], as a caller of the MLP module may give it.
+    batched = cpu_kernels.silu_and_mul(x.unsqueeze(0))
+    assert batched.shape == (1, tokens, inner) and torch.equal(batched[0], got)
 
 
 def test_quantized_linears_refuse_mismatched_operands() -> None:
