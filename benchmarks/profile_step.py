@@ -1,26 +1,29 @@
 """Where one decode step of the engine goes, at batch 1 and batch 32.
 
 Drives :class:`mellea.engine.core.EngineCore` on the default model (SmolLM2-135M,
-fp32, CPU unless ``--device``) the way the engine thread does: ``schedule`` (the
-scheduler and building the inputs, under the engine lock), ``execute`` (forward
-pass and sampling, off the lock), ``update`` (appending tokens, under the lock),
-then each request's :class:`OutputBuilder` (detokenizer and stop strings, off the
-lock). Two passes over the same kind of steps:
+``--dtype auto`` as ``m serve`` runs it, CPU unless ``--device``) the way the engine
+thread does: ``schedule`` (the scheduler and building the inputs, under the engine
+lock), ``execute`` (forward pass and sampling, off the lock), ``update`` (appending
+tokens, under the lock), then each request's :class:`OutputBuilder` (detokenizer and
+stop strings, off the lock). Two passes over the same kind of steps:
 
 1. timed: ``perf_counter`` around each phase, no profiler (the wall times);
-2. profiled: ``torch.profiler`` with a scope around every ``nn.Linear``, each
-   attention module, the LM head and the sampler; each ATen op's self time goes to
-   the innermost scope it ran in (linear matmuls, attention with RoPE and the paged
-   cache write and gather, LM head, sampling, other ops: norms, activation,
-   embedding, residual adds).
+2. profiled: ``torch.profiler`` with a scope around every linear layer (``nn.Linear``
+   and the int8/int4 layers), each attention module, the LM head and the sampler;
+   each op's self time (ATen's and our C++ ops') goes to the innermost scope it ran
+   in (linear matmuls, attention with RoPE and the paged cache write and gather, LM
+   head with its own linear layer, sampling, other ops: norms, activation,
+   embedding, residual adds). A decode layer run whole by
+   ``cpu_kernels.decode_layer`` (int4 on VNNI) is one op, its own row.
 
-The forward's time under the profiler minus its ATen ops' self time is reported as
+The forward's time under the profiler minus its ops' self time is reported as
 Python and dispatch overhead (the profiler adds a little to it); the scheduler, token
 bookkeeping and output rows are the timed pass's. Percentages are of the sum of the
 rows. Usage::
 
     python benchmarks/profile_step.py               # batch 1 and 32, 24 steps each
     python benchmarks/profile_step.py --batches 1,8,32 --steps 40
+    python benchmarks/profile_step.py --unfused     # int4 layers op by op: inside a layer
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SCOPES = ("linear", "lm_head", "sampling", "attention")
+FUSED_LAYER = "mellea_cpu::decode_layer"
 ROWS = [
     ("scheduler + prepare (under lock)", "schedule"),
+    ("decoder layers, each one C++ op (fused)", "layers"),
     ("linear matmuls (QKV, O, MLP)", "linear"),
     ("attention (RoPE, cache write, gather, SDPA)", "attention"),
     ("LM head", "lm_head"),
@@ -73,7 +78,7 @@ def add_scopes(core: Any) -> None:
 
     model = core.runner.model
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        if isinstance(module, nn.Linear) or type(module).__name__ in ("Int8Linear", "Int4Linear"):
             module.forward = scoped("linear", module.forward)
         elif type(module).__name__ == "Attention":
             module.forward = scoped("attention", module.forward)
@@ -153,15 +158,17 @@ def profiled_steps(core: Any, builders: list[Any], steps: int) -> dict[str, floa
     for event in prof.events():
         if event.name == "execute":
             totals["execute"] += event.cpu_time_total / 1e3
-        if not event.name.startswith("aten::"):
+        if not event.name.startswith(("aten::", "mellea_cpu::")):
             continue
         scope, parent = None, event.cpu_parent
         while parent is not None and parent.name != "execute":
-            if scope is None and parent.name in SCOPES:
-                scope = parent.name
+            if parent.name == "lm_head" or (scope is None and parent.name in SCOPES):
+                scope = parent.name  # the LM head's own linear layer counts as the head
             parent = parent.cpu_parent
         if parent is None:  # building the inputs: timed with the scheduler
             continue
+        if event.name == FUSED_LAYER:
+            scope = "layers"
         totals[scope or "other_ops"] += event.self_cpu_time_total / 1e3  # us -> ms
     return {key: value / steps for key, value in totals.items()}
 
@@ -172,7 +179,7 @@ def profile_batch(core: Any, tokenizer: Any, prompts: list[list[int]], steps: in
     timed_steps(core, builders, 3)  # warm-up
     wall = timed_steps(core, builders, steps)
     ops = profiled_steps(core, builders, steps)
-    kinds = ("linear", "attention", "lm_head", "sampling", "other_ops")
+    kinds = ("layers", "linear", "attention", "lm_head", "sampling", "other_ops")
     parts = {
         "schedule": wall["schedule"],
         **{k: ops.get(k, 0.0) for k in kinds},
@@ -206,6 +213,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=24, help="decode steps measured per pass")
     parser.add_argument("--device", default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument("--dtype", default="auto", help="weight format, as m serve's --dtype")
+    parser.add_argument(
+        "--unfused", action="store_true", help="run decoder layers op by op, to see inside them"
+    )
     args = parser.parse_args()
 
     import torch
@@ -227,10 +238,14 @@ def main() -> None:
         eos_token_ids=eos_token_ids(path, tokenizer),
         max_num_seqs=max(batches),
         device=args.device,
+        dtype=args.dtype,
     )
+    if args.unfused:
+        core.runner.model._fused = False
     prompts = make_prompts(lambda m: render_chat(tokenizer, m), max(batches) * len(batches))
     print(
-        f"{path.name}: {core.config.dtype}, {core.config.device}, "
+        f"{path.name}: {core.config.weights} weights, {core.config.dtype} compute, "
+        f"{core.config.device}, "
         f"{torch.get_num_threads()} torch threads, load average {os.getloadavg()}"
     )
     results = {}
