@@ -112,12 +112,15 @@ void attend_span(const float* qf, const T* kc, const T* vc, const int32_t* table
                  int64_t kv_block_stride, std::vector<float>& scores, std::vector<float>& buf,
                  float* top, float* sums, float* acc) {
   const int64_t groups = hq / hk, row_size = hk * dim, n = t1 - t0;
+  // The cached row of position t0 + t, as fp32 (in buf unless the cache is fp32).
+  auto cached = [&](const T* cache, int64_t t) {
+    const int64_t pos = t0 + t;
+    return as_float(cache + table[pos / block] * kv_block_stride + (pos % block) * row_size,
+                    buf.data(), row_size);
+  };
   scores.resize(hq * n);
   for (int64_t t = 0; t < n; ++t) {
-    const int64_t pos = t0 + t;
-    const float* row = as_float(
-        kc + table[pos / block] * kv_block_stride + (pos % block) * row_size, buf.data(),
-        row_size);
+    const float* row = cached(kc, t);
     for (int64_t j = 0; j < hq; ++j) {
       const float* qj = qf + j * dim;
       const float* k = row + (j / groups) * dim;
@@ -136,10 +139,7 @@ void attend_span(const float* qf, const T* kc, const T* vc, const int32_t* table
   }
   std::fill(acc, acc + hq * dim, 0.f);
   for (int64_t t = 0; t < n; ++t) {
-    const int64_t pos = t0 + t;
-    const float* row = as_float(
-        vc + table[pos / block] * kv_block_stride + (pos % block) * row_size, buf.data(),
-        row_size);
+    const float* row = cached(vc, t);
     for (int64_t j = 0; j < hq; ++j) {
       const float p = scores[j * n + t];
       const float* v = row + (j / groups) * dim;
