@@ -658,12 +658,102 @@ at::Tensor int4_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, cons
   });
   return out;
 }
+
+// ---- int8 weights on VNNI: the same two-part activations, weights in tiles of 16 rows
+//
+// vpdpbusd takes unsigned bytes on one side: the activation parts, shifted by 128 to
+// u8, and the int8 weights as they are. The shift adds 128 * sum_j w to each group's
+// dot product; that sum is the weights' own (wsum, computed at load), so
+//   sum_k w[n, k] x[k] = scale[n] * sum_g step[g] * (256 hi + lo - 128 * 257 * wsum[n, g])
+// with hi, lo the dot products of the shifted parts. qweight [T, G, 8, 64] int8: part u
+// holds bytes 4 u .. 4 u + 3 of each of the tile's 16 rows' group g (4 bytes per lane);
+// wsum [T, G, 16] int32; scale [T * 16] fp32 (zero past N).
+
+template <int MR>
+void vnni8_tile(const int8_t* qw, const int32_t* wsum, const float* wscale, const int8_t* xq,
+                const float* xscale, float* out, int64_t N, int64_t K, int64_t t) {
+  const int64_t G = K / 32;
+  const __m512i shift = _mm512_set1_epi32(128 * 257);
+  __m512 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  const int8_t* w = qw + t * G * 512;
+  for (int64_t g = 0; g < G; ++g, w += 512) {
+    for (int line = 0; line < 512; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(w + 2 * kPrefetch + line), _MM_HINT_T0);
+    __m512i wv[8];
+    for (int u = 0; u < 8; ++u) wv[u] = _mm512_loadu_si512(w + 64 * u);
+    const __m512i bias = _mm512_mullo_epi32(
+        _mm512_loadu_si512(wsum + (t * G + g) * kTile), shift);
+    for (int i = 0; i < MR; ++i) {
+      const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
+      const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
+      __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
+      for (int u = 0; u < 8; ++u) {  // xor 0x80 in each byte: s8 + 128 as u8
+        hi = _mm512_dpbusd_epi32(hi, _mm512_set1_epi32(xh[u] ^ 0x80808080), wv[u]);
+        lo = _mm512_dpbusd_epi32(lo, _mm512_set1_epi32(xl[u] ^ 0x80808080), wv[u]);
+      }
+      // |256 hi| <= 256 * 32 * 255 * 127 < 2^29: the sum stays in int32.
+      const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo), bias);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(xscale[i * G + g]), acc[i]);
+    }
+  }
+  const int64_t n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
+  const __mmask16 keep = static_cast<__mmask16>((1u << valid) - 1u);
+  const __m512 rows = _mm512_loadu_ps(wscale + n0);
+  for (int i = 0; i < MR; ++i)
+    _mm512_mask_storeu_ps(out + i * N + n0, keep, _mm512_mul_ps(acc[i], rows));
+}
+
+at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& wsum,
+                            const at::Tensor& scale, int64_t N) {
+  check_activations(x);
+  const int64_t M = x.size(0), K = x.size(1), G = K / 32, T = (N + kTile - 1) / kTile;
+  TORCH_CHECK(K % 32 == 0 && qweight.scalar_type() == at::kChar && qweight.is_contiguous() &&
+                  qweight.numel() == T * G * 512,
+              "qweight: [ceil(N / 16), K / 32, 8, 64] int8, dense");
+  TORCH_CHECK(wsum.is_contiguous() && wsum.scalar_type() == at::kInt && wsum.numel() == T * G * kTile,
+              "wsum: [ceil(N / 16), K / 32, 16] int32, dense");
+  TORCH_CHECK(scale.is_contiguous() && scale.scalar_type() == at::kFloat && scale.numel() == T * kTile,
+              "scale: [ceil(N / 16) * 16] fp32");
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xs;
+  xq.resize(M * 2 * K);
+  xs.resize(2 * M * G);
+  quantize_activations(x.data_ptr<float>(), M, K, xq.data(), xs.data(), xs.data() + M * G);
+  auto out = at::empty({M, N}, x.options());
+  const int8_t* qw = qweight.data_ptr<int8_t>();
+  const int32_t* ws = wsum.data_ptr<int32_t>();
+  const float* sc = scale.data_ptr<float>();
+  const int8_t* xqp = xq.data();
+  const float* xscale = xs.data();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      int64_t m = 0;
+      for (; m + 4 <= M; m += 4)
+        vnni8_tile<4>(qw, ws, sc, xqp + m * 2 * K, xscale + m * G, op + m * N, N, K, t);
+      const int8_t* xr = xqp + m * 2 * K;
+      switch (M - m) {
+        case 3: vnni8_tile<3>(qw, ws, sc, xr, xscale + m * G, op + m * N, N, K, t); break;
+        case 2: vnni8_tile<2>(qw, ws, sc, xr, xscale + m * G, op + m * N, N, K, t); break;
+        case 1: vnni8_tile<1>(qw, ws, sc, xr, xscale + m * G, op + m * N, N, K, t); break;
+        default: break;
+      }
+    }
+  });
+  return out;
+}
 #else
 constexpr bool kVnni = false;
 
 at::Tensor int4_vnni_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                        int64_t) {
   TORCH_CHECK(false, "int4_vnni_linear needs AVX512-VNNI");
+}
+
+at::Tensor int8_vnni_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            int64_t) {
+  TORCH_CHECK(false, "int8_vnni_linear needs AVX512-VNNI");
 }
 #endif
 
@@ -880,4 +970,6 @@ TORCH_LIBRARY(mellea_cpu, m) {
   m.impl("int4_vnni_linear", c10::DispatchKey::CPU, TORCH_FN(int4_vnni_linear));
   m.def("int4_vnni_dequantize(Tensor qweight, Tensor scales, Tensor mins, int n) -> Tensor");
   m.impl("int4_vnni_dequantize", c10::DispatchKey::CPU, TORCH_FN(int4_vnni_dequantize));
+  m.def("int8_vnni_linear(Tensor x, Tensor qweight, Tensor wsum, Tensor scale, int n) -> Tensor");
+  m.impl("int8_vnni_linear", c10::DispatchKey::CPU, TORCH_FN(int8_vnni_linear));
 }

@@ -177,6 +177,18 @@ def int4_vnni_linear(
     return torch.ops.mellea_cpu.int4_vnni_linear(x, qweight, scales, mins, n)
 
 
+def int8_vnni_linear(
+    x: torch.Tensor, qweight: torch.Tensor, wsum: torch.Tensor, scale: torch.Tensor, n: int
+) -> torch.Tensor:
+    """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for per-row int8 weights in tiles of 16 rows
+    (:func:`mellea.engine.quant.tile_rows`) on VNNI's integer dot product, with the
+    activations in two int8 parts per group of 32 as :func:`int4_vnni_linear` has them.
+    Check :func:`int4_vnni_supported` first (the same instructions)."""
+    if not x.is_contiguous():
+        x = x.contiguous()
+    return torch.ops.mellea_cpu.int8_vnni_linear(x, qweight, wsum, scale, n)
+
+
 def int4_vnni_dequantize(
     qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, n: int
 ) -> torch.Tensor:

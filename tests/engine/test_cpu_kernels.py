@@ -187,6 +187,30 @@ def test_int4_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k:
     assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
 
 
+@pytest.mark.skipif(not cpu_kernels.int4_vnni_supported(), reason="no AVX512-VNNI")
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 33])
+@pytest.mark.parametrize(("n", "k"), [(70, 64), (6, 96), (32, 576)])
+def test_int8_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k: int) -> None:
+    from mellea.engine.quant import quantize_rows, tile_rows
+
+    torch.manual_seed(0)
+    q, scale = quantize_rows(torch.randn(n, k))
+    q[0, :8] = torch.tensor([127, -127, 127, -127, 127, 127, -127, -127], dtype=torch.int8)
+    weight = q.float() * scale[:, None]
+    qweight, wsum, tiled_scale = tile_rows(q, scale)
+    assert qweight.shape == (-(-n // 16), k // 32, 8, 64) and wsum.dtype == torch.int32
+    assert wsum[0, 0, 0] == q[0, :32].sum()
+    x = torch.randn(rows, k) * torch.logspace(-2, 2, k)  # groups of very different sizes
+    x[0, :32] = 0.0  # a group with no step at all
+    x[-1, 32:64] = -x[-1, 32:64].abs()  # a group of negative values only
+    got = cpu_kernels.int8_vnni_linear(x, qweight, wsum, tiled_scale, n)
+    assert got.dtype == torch.float32 and got.shape == (rows, n)
+    error = (got.double() - x.double() @ weight.double().T).abs()
+    bound = activation_error_bound(x, weight)
+    assert (error <= bound).all(), (error / bound).max()
+    assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
+
+
 @pytest.mark.parametrize(
     ("rows", "n", "k"), [(1, 49152, 32), (5, 1000, 7), (3, 20, 20), (2, 37, 1)]
 )

@@ -38,6 +38,32 @@ def test_int8_linear_matches_fp32_linear(rows: int):
     assert (got - exact).abs().max() <= 0.01 * exact.abs().max()
 
 
+@pytest.mark.parametrize("vnni", [True, False])  # both kernels' layouts
+@pytest.mark.parametrize("rows", [1, 32, 33])  # the kernel, then the bf16 GEMM
+def test_int8_layouts_hold_the_same_weights(rows: int, vnni: bool, monkeypatch):
+    from mellea.engine import cpu_kernels
+    from mellea.engine.quant import INT8_VNNI_MAX_ROWS
+
+    if vnni and not cpu_kernels.int4_vnni_supported():
+        pytest.skip("no AVX512-VNNI")
+    monkeypatch.setattr(cpu_kernels, "int4_vnni_supported", lambda: vnni)
+    torch.manual_seed(0)
+    weight, bias = torch.randn(40, 64), torch.randn(40)
+    layer = Int8Linear(weight, bias)
+    assert layer.vnni == vnni
+    q = quantize_rows(weight)[0]
+    assert torch.equal(layer.rows(), q)
+    x = torch.randn(rows, 64)
+    want = x.double() @ layer.dequantized().double().T + bias.double()
+    if vnni and rows <= INT8_VNNI_MAX_ROWS:
+        from tests.engine.test_cpu_kernels import activation_error_bound
+
+        bound = activation_error_bound(x, layer.dequantized()) + 1e-5
+        assert ((layer(x).double() - want).abs() <= bound).all()
+    else:  # fp32 activations, or bf16 ones for the GEMM
+        assert (layer(x).double() - want).abs().max() <= 0.01 * want.abs().max()
+
+
 def test_quantize_rows_is_symmetric_per_output_channel():
     w = torch.tensor([[0.5, -1.0, 0.25], [100.0, 50.0, -25.0]])
     q, scale = quantize_rows(w)
