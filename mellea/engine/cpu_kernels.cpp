@@ -576,6 +576,39 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
     }
 }
 
+// x's groups quantized by quantize_activations on the caller's thread, before the
+// parallel region, into buffers that outlive the call (two allocations fewer on a
+// path that runs ~120 times a decode step).
+struct TwoPartActivations {
+  const int8_t* q;     // [M, 2, K]
+  const float* step;   // [M, G]
+  const float* sum;    // [M, G]
+};
+
+TwoPartActivations two_part(const at::Tensor& x) {
+  const int64_t M = x.size(0), K = x.size(1), G = K / 32;
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xs;
+  xq.resize(M * 2 * K);
+  xs.resize(2 * M * G);
+  quantize_activations(x.data_ptr<float>(), M, K, xq.data(), xs.data(), xs.data() + M * G);
+  return {xq.data(), xs.data(), xs.data() + M * G};
+}
+
+// tile(std::integral_constant<int, MR>, m) for the blocks of M rows: 4 at a time,
+// then the 1-3 left.
+template <typename Tile>
+void for_row_blocks(int64_t M, const Tile& tile) {
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) tile(std::integral_constant<int, 4>{}, m);
+  switch (M - m) {
+    case 3: tile(std::integral_constant<int, 3>{}, m); break;
+    case 2: tile(std::integral_constant<int, 2>{}, m); break;
+    case 1: tile(std::integral_constant<int, 1>{}, m); break;
+    default: break;
+  }
+}
+
 // Output rows [16 t, 16 t + 16) for MR activation rows.
 template <int MR>
 void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
@@ -628,33 +661,18 @@ at::Tensor int4_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, cons
   for (const auto* s : {&scales, &mins})
     TORCH_CHECK(s->is_contiguous() && s->scalar_type() == at::kHalf && s->numel() == T * G * kTile,
                 "scales, mins: [ceil(N / 16), K / 32, 16] fp16, dense");
-  // The caller's thread quantizes before the parallel region; its buffers outlive the
-  // call (two allocations fewer on a path that runs ~120 times a decode step).
-  thread_local std::vector<int8_t> xq;
-  thread_local std::vector<float> xs;
-  xq.resize(M * 2 * K);
-  xs.resize(2 * M * G);
-  quantize_activations(x.data_ptr<float>(), M, K, xq.data(), xs.data(), xs.data() + M * G);
+  const TwoPartActivations a = two_part(x);
   auto out = at::empty({M, N}, x.options());
   const uint8_t* qw = qweight.data_ptr<uint8_t>();
   const at::Half* sc = scales.data_ptr<at::Half>();
   const at::Half* mn = mins.data_ptr<at::Half>();
-  const int8_t* xqp = xq.data();
-  const float* xscale = xs.data();
-  const float* xsum = xscale + M * G;
   float* op = out.data_ptr<float>();
   at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      int64_t m = 0;
-      for (; m + 4 <= M; m += 4)
-        vnni_tile<4>(qw, sc, mn, xqp + m * 2 * K, xscale + m * G, xsum + m * G, op + m * N, N,
-                     K, t);
-      const int64_t r = M - m;
-      const int8_t* xr = xqp + m * 2 * K;
-      if (r == 3) vnni_tile<3>(qw, sc, mn, xr, xscale + m * G, xsum + m * G, op + m * N, N, K, t);
-      if (r == 2) vnni_tile<2>(qw, sc, mn, xr, xscale + m * G, xsum + m * G, op + m * N, N, K, t);
-      if (r == 1) vnni_tile<1>(qw, sc, mn, xr, xscale + m * G, xsum + m * G, op + m * N, N, K, t);
-    }
+    for (int64_t t = begin; t < end; ++t)
+      for_row_blocks(M, [&](auto rows, int64_t m) {
+        vnni_tile<decltype(rows)::value>(qw, sc, mn, a.q + m * 2 * K, a.step + m * G,
+                                         a.sum + m * G, op + m * N, N, K, t);
+      });
   });
   return out;
 }
@@ -715,31 +733,18 @@ at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, cons
               "wsum: [ceil(N / 16), K / 32, 16] int32, dense");
   TORCH_CHECK(scale.is_contiguous() && scale.scalar_type() == at::kFloat && scale.numel() == T * kTile,
               "scale: [ceil(N / 16) * 16] fp32");
-  thread_local std::vector<int8_t> xq;
-  thread_local std::vector<float> xs;
-  xq.resize(M * 2 * K);
-  xs.resize(2 * M * G);
-  quantize_activations(x.data_ptr<float>(), M, K, xq.data(), xs.data(), xs.data() + M * G);
+  const TwoPartActivations a = two_part(x);
   auto out = at::empty({M, N}, x.options());
   const int8_t* qw = qweight.data_ptr<int8_t>();
   const int32_t* ws = wsum.data_ptr<int32_t>();
   const float* sc = scale.data_ptr<float>();
-  const int8_t* xqp = xq.data();
-  const float* xscale = xs.data();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      int64_t m = 0;
-      for (; m + 4 <= M; m += 4)
-        vnni8_tile<4>(qw, ws, sc, xqp + m * 2 * K, xscale + m * G, op + m * N, N, K, t);
-      const int8_t* xr = xqp + m * 2 * K;
-      switch (M - m) {
-        case 3: vnni8_tile<3>(qw, ws, sc, xr, xscale + m * G, op + m * N, N, K, t); break;
-        case 2: vnni8_tile<2>(qw, ws, sc, xr, xscale + m * G, op + m * N, N, K, t); break;
-        case 1: vnni8_tile<1>(qw, ws, sc, xr, xscale + m * G, op + m * N, N, K, t); break;
-        default: break;
-      }
-    }
+    for (int64_t t = begin; t < end; ++t)
+      for_row_blocks(M, [&](auto rows, int64_t m) {
+        vnni8_tile<decltype(rows)::value>(qw, ws, sc, a.q + m * 2 * K, a.step + m * G,
+                                          op + m * N, N, K, t);
+      });
   });
   return out;
 }
