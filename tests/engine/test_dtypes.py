@@ -38,15 +38,22 @@ def test_int8_linear_matches_fp32_linear(rows: int):
     assert (got - exact).abs().max() <= 0.01 * exact.abs().max()
 
 
-@pytest.mark.parametrize("vnni", [True, False])  # both kernels' layouts
-@pytest.mark.parametrize("rows", [1, 32, 33])  # the kernel, then the bf16 GEMM
-def test_int8_layouts_hold_the_same_weights(rows: int, vnni: bool, monkeypatch):
+@pytest.fixture(params=[True, False], ids=["vnni", "no-vnni"])
+def vnni(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether the quantized layers built in the test take the VNNI kernels' layout
+    (both are tested where the CPU has VNNI; the other layout everywhere)."""
     from mellea.engine import cpu_kernels
+
+    if request.param and not cpu_kernels.int4_vnni_supported():
+        pytest.skip("no AVX512-VNNI")
+    monkeypatch.setattr(cpu_kernels, "int4_vnni_supported", lambda: request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("rows", [1, 32, 33])  # the kernel, then the bf16 GEMM
+def test_int8_layouts_hold_the_same_weights(rows: int, vnni: bool):
     from mellea.engine.quant import INT8_VNNI_MAX_ROWS
 
-    if vnni and not cpu_kernels.int4_vnni_supported():
-        pytest.skip("no AVX512-VNNI")
-    monkeypatch.setattr(cpu_kernels, "int4_vnni_supported", lambda: vnni)
     torch.manual_seed(0)
     weight, bias = torch.randn(40, 64), torch.randn(40)
     layer = Int8Linear(weight, bias)
@@ -164,17 +171,12 @@ def test_int4_groups_round_trip_and_tell_4bit_weights_apart():
         quantize_groups(torch.randn(3, 40))
 
 
-@pytest.mark.parametrize("vnni", [True, False])  # both kernels' layouts
 @pytest.mark.parametrize("rows", [1, 31, 32, 33, 70])  # the kernel and the fp32 GEMM
-def test_int4_linear_rounds_only_its_weights(rows: int, vnni: bool, monkeypatch):
+def test_int4_linear_rounds_only_its_weights(rows: int, vnni: bool):
     """Exact for its stored weights on fp32 activations; on VNNI the activations keep
     about 16 bits (see tests/engine/test_cpu_kernels.py for the bound)."""
-    from mellea.engine import cpu_kernels
     from mellea.engine.quant import Int4Linear
 
-    if vnni and not cpu_kernels.int4_vnni_supported():
-        pytest.skip("no AVX512-VNNI")
-    monkeypatch.setattr(cpu_kernels, "int4_vnni_supported", lambda: vnni)
     torch.manual_seed(0)
     weight, bias = torch.randn(48, 64), torch.randn(48)
     layer = Int4Linear(weight, bias)
