@@ -696,7 +696,7 @@ void vnni8_tile(const int8_t* qw, const int32_t* wsum, const float* wscale, cons
   for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   const int8_t* w = qw + t * G * 512;
   for (int64_t g = 0; g < G; ++g, w += 512) {
-    for (int line = 0; line < 512; line += 64)
+    for (int line = 0; line < 512; line += 64)  // as many groups ahead as int4's
       _mm_prefetch(reinterpret_cast<const char*>(w + 2 * kPrefetch + line), _MM_HINT_T0);
     __m512i wv[8];
     for (int u = 0; u < 8; ++u) wv[u] = _mm512_loadu_si512(w + 64 * u);

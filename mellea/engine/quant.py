@@ -163,9 +163,10 @@ class Int8Linear(nn.Module):
             q, wsum, tiled_scale = tile_rows(q, scale)
             self.register_buffer("wsum", wsum)
             self.register_buffer("tiled_scale", tiled_scale)
+        else:  # what int8pack takes
+            self.register_buffer("scale_bf16", scale.to(torch.bfloat16))
         self.register_buffer("qweight", q)
         self.register_buffer("scale", scale)  # fp32
-        self.register_buffer("scale_bf16", scale.to(torch.bfloat16))  # what int8pack takes
         self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
 
     def _multiply(self, x: torch.Tensor) -> torch.Tensor:
