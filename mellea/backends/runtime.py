@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mellea.core.errors import RequestError
+from mellea.plugins.manager import PluginManager
 
 if TYPE_CHECKING:
     from mellea.engine.engine import Engine
@@ -99,13 +100,16 @@ class Runtime:
         self._noted: set[str] = set()
         self._lock = threading.Lock()  # guards the dicts above
         self._build_lock = threading.Lock()  # one engine is built at a time
+        # The app's plugins: what its program registers stays in this app.
+        self.plugins = PluginManager()
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Runtime]:
         """Make this the runtime ``start_session()`` reaches, within the block."""
         token = _current.set(self)
         try:
-            yield self
+            with self.plugins.active():
+                yield self
         finally:
             _current.reset(token)
 

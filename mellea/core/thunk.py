@@ -71,6 +71,17 @@ class ModelOutputThunk:
             thunk._done_hooks.append(on_done)
         return thunk
 
+    def add_done_hook(self, hook: DoneHook) -> None:
+        """Run ``hook(self)`` when the generation completes (never, if it already has)."""
+        self._done_hooks.append(hook)
+
+    def wrap_source(
+        self, wrap: Callable[[AsyncIterator[GenerationChunk]], AsyncIterator[GenerationChunk]]
+    ) -> None:
+        """Put ``wrap`` around the chunk stream still to come (to watch it, or its errors)."""
+        if self._source is not None and not self._computed:
+            self._source = wrap(self._source)
+
     # -- state ---------------------------------------------------------------
 
     @property

@@ -7,6 +7,8 @@ method)`` and returns ``(result, new_context)`` (or a ``SamplingResult`` when
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Any
 
 from mellea.backends.base import Backend
@@ -15,6 +17,7 @@ from mellea.core.base import Context
 from mellea.core.requirement import ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
+from mellea.plugins import hook_points
 from mellea.stdlib.components.chat import Message, ToolMessage
 from mellea.stdlib.session import MelleaSession
 
@@ -80,15 +83,27 @@ async def acall_tools(result: ModelOutputThunk, backend: Backend) -> list[ToolMe
     """Run every tool call in ``result``; one ``tool`` message per call.
 
     A tool that raises gives its exception as the output (its text as the content).
+    The tool hooks fire around each call: a plugin may replace the call, block it
+    (``PluginViolationError``) or change its output.
     """
-    del backend
     messages = []
     for call in result.tool_calls or []:
+        invocation_id = str(uuid.uuid4())
+        call = await hook_points.tool_pre_invoke(call, invocation_id, backend)
+        started = time.monotonic()
+        error: Exception | None = None
         try:
             output: Any = call.call_func()
         except Exception as exc:  # the model gets to see what went wrong
-            output = exc
-        messages.append(ToolMessage("tool", str(output), output, call.name, call.args, call))
+            output = error = exc
+        elapsed_ms = int((time.monotonic() - started) * 1000)
+        message = ToolMessage("tool", str(output), output, call.name, call.args, call)
+        changed = await hook_points.tool_post_invoke(
+            call, invocation_id, output, message, elapsed_ms, error, backend
+        )
+        if changed is not output:
+            message = ToolMessage("tool", str(changed), changed, call.name, call.args, call)
+        messages.append(message)
     return messages
 
 

@@ -16,6 +16,9 @@ from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import current_trace
 from mellea.formatters import chat_dicts
+from mellea.plugins import hook_points
+from mellea.plugins.hook_points import ComponentRun
+from mellea.plugins.manager import deregister_session_plugins, has_plugins
 from mellea.stdlib.components.chat import Message
 from mellea.stdlib.components.instruction import Instruction, render_instruction, substitute
 from mellea.stdlib.context import Context, SimpleContext
@@ -56,12 +59,19 @@ def start_session(
     local engine, offline. The local model is loaded once per process and shared by
     every session that names it. ``model_id`` is a name or a
     :class:`~mellea.backends.model_ids.ModelIdentifier`. ``context_type`` (``"simple"``
-    or ``"chat"``) is shorthand for ``ctx``.
+    or ``"chat"``) is shorthand for ``ctx``. ``plugins`` (hook functions, ``Plugin``
+    instances, ``PluginSet`` s) fire while the session lives, until its cleanup.
     """
     from mellea.stdlib.start_backend import start_backend
 
-    if plugins:
-        raise ValueError("session plugins are not provided by this mellea")
+    session_id = str(uuid.uuid4())
+    if has_plugins():
+        context_name = type(ctx).__name__ if ctx is not None else _context_name(context_type)
+        model_id, model_options = run_sync(
+            hook_points.session_pre_init(
+                session_id, backend_name, model_id, model_options, context_name
+            )
+        )
     ctx, backend = start_backend(
         backend_name,
         model_id,
@@ -70,7 +80,18 @@ def start_session(
         model_options=model_options,
         **backend_kwargs,
     )
-    return MelleaSession(backend, ctx=ctx, model_options=model_options)
+    session = MelleaSession(backend, ctx=ctx, model_options=model_options, session_id=session_id)
+    if plugins:
+        from mellea.plugins.registry import register
+
+        register(plugins, session_id=session.id)
+    if has_plugins():
+        run_sync(hook_points.session_post_init(session))
+    return session
+
+
+def _context_name(context_type: str | None) -> str:
+    return "ChatContext" if context_type == "chat" else "SimpleContext"
 
 
 class MelleaSession:
@@ -88,21 +109,30 @@ class MelleaSession:
         self.backend = backend
         self.ctx: Context = ctx if ctx is not None else SimpleContext()
         self.model_options: dict[str, Any] = dict(model_options or {})
+        self._interaction_count = 0  # turns committed since the last reset (for plugins)
 
     def __enter__(self) -> MelleaSession:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.reset()
+    def __exit__(self, exc_type: object, exc_val: BaseException | None, tb: object) -> None:
+        self.cleanup(exception=exc_val)
 
     def reset(self) -> None:
         """Forget the conversation: an empty context of the same kind and settings."""
+        if has_plugins():
+            run_sync(hook_points.session_reset(self))
         self.ctx = self.ctx.new_instance()
+        self._interaction_count = 0
 
-    def cleanup(self, **kwargs: Any) -> None:
-        """Forget the conversation (upstream also releases backend resources)."""
+    def cleanup(self, *, exception: BaseException | None = None, **kwargs: Any) -> None:
+        """End the session: its plugins hear of it and are unregistered, and the
+        conversation is forgotten (upstream also releases backend resources)."""
         del kwargs
-        self.reset()
+        if has_plugins():
+            run_sync(hook_points.session_cleanup(self, self._interaction_count, exception))
+            deregister_session_plugins(self.id)
+        self.ctx = self.ctx.new_instance()
+        self._interaction_count = 0
 
     def clone(self) -> MelleaSession:
         """A session on the same backend whose context starts where this one is."""
@@ -160,12 +190,41 @@ class MelleaSession:
         options = ModelOption.merge_model_options(self.model_options, model_options)
         if strategy is DEFAULT:
             strategy = RejectionSamplingStrategy(loop_budget=2)
-        messages = self._messages_for(user_content(text, images, audio), options)
+        run = ComponentRun(action, reqs, options, format, strategy, tool_calls, self.id)
+        run = await hook_points.component_pre_execute(run, self.ctx, self.backend)
+        messages = self._messages_for(user_content(text, images, audio), run.model_options)
+        return await self._run_component(run, messages, return_sampling_results, await_result)
 
-        generate = self._generator(messages, options, format, tool_calls)
-        return await self._sample(
-            action, generate, reqs, strategy, return_sampling_results, await_result
+    async def _run_component(
+        self,
+        run: ComponentRun,
+        messages: list[dict[str, Any]],
+        return_sampling_results: bool,
+        await_result: bool,
+    ) -> ModelOutputThunk | SamplingResult:
+        """Generate and sample ``run``'s action, inside the component hooks."""
+        before = self.ctx
+        try:
+            generate = self._generator(
+                messages, run.model_options, run.format, run.tool_calls, run.action
+            )
+            result = await self._sample(
+                run.action,
+                generate,
+                run.requirements,
+                run.strategy,
+                return_sampling_results,
+                await_result,
+            )
+        except Exception as exc:
+            await hook_points.component_post_error(run, self.backend, exc, before)
+            raise
+        sampling = result if isinstance(result, SamplingResult) else None
+        thunk = sampling.result if sampling is not None else result
+        await hook_points.component_post_success(
+            run, self.backend, thunk, before, self.ctx, sampling
         )
+        return result
 
     async def _sample(
         self,
@@ -209,16 +268,32 @@ class MelleaSession:
             thunk: ModelOutputThunk, to_check: list[Requirement]
         ) -> list[tuple[Requirement, ValidationResult]]:
             ctx = self.ctx.add(action).add(thunk)
-            checks = []
-            for r in to_check:
-                began = time.time_ns() if trace is not None else None
-                checks.append((r, await self._validate_one(r, ctx)))
-                if trace is not None:
-                    trace.requirement_checked(thunk, r, checks[-1][1], began)
-            return checks
+
+            async def check(items: list[Requirement]) -> list[ValidationResult]:
+                results = []
+                for r in items:
+                    began = time.time_ns() if trace is not None else None
+                    results.append(await self._validate_one(r, ctx))
+                    if trace is not None:
+                        trace.requirement_checked(thunk, r, results[-1], began)
+                return results
+
+            checked, results = await hook_points.validate(
+                to_check, check, target=thunk, context=ctx, backend=self.backend, session_id=self.id
+            )
+            return list(zip(checked, results, strict=False))
 
         assert strategy is not None
-        result = await strategy.asample(traced, validate, reqs)
+        result = await hook_points.sample(
+            strategy,
+            traced,
+            validate,
+            reqs,
+            action=action,
+            context=self.ctx,
+            backend=self.backend,
+            session_id=self.id,
+        )
         if trace is not None:
             trace.sampled(result, run)
         _parse_into(action, result.result)
@@ -255,12 +330,10 @@ class MelleaSession:
             raise ValueError("return_sampling_results=True needs a strategy")
         reqs = [as_requirement(r) for r in requirements or []]
         options = ModelOption.merge_model_options(self.model_options, model_options)
-        messages = self._messages_for(self._render(action), options)
-
-        generate = self._generator(messages, options, format, tool_calls)
-        return await self._sample(
-            action, generate, reqs, strategy, return_sampling_results, await_result
-        )
+        run = ComponentRun(action, reqs, options, format, strategy, tool_calls, self.id)
+        run = await hook_points.component_pre_execute(run, self.ctx, self.backend)
+        messages = self._messages_for(self._render(action), run.model_options)
+        return await self._run_component(run, messages, return_sampling_results, await_result)
 
     # -- chat ------------------------------------------------------------------
 
@@ -287,15 +360,32 @@ class MelleaSession:
             content = substitute(content, user_variables)
         options = ModelOption.merge_model_options(self.model_options, model_options)
         message = Message(role, content, documents=documents)  # type: ignore[arg-type]
-        messages = self._messages_for(user_content(message.text, images, audio), options, role=role)
-        thunk = await self.backend.generate(
-            messages, model_options=options, format=format, tool_calls=tool_calls
+        run = ComponentRun(message, [], options, format, None, tool_calls, self.id)
+        run = await hook_points.component_pre_execute(run, self.ctx, self.backend)
+        messages = self._messages_for(
+            user_content(message.text, images, audio), run.model_options, role=role
         )
-        trace = current_trace()
-        if trace is not None:
-            trace.model_call(thunk, "chat", model=getattr(self.backend, "model_id", None))
-        reply = await thunk.avalue()
-        self.ctx = self.ctx.add(message).add(thunk)
+        before = self.ctx
+        try:
+            thunk = await hook_points.generate(
+                self.backend,
+                messages,
+                action=message,
+                context=self.ctx,
+                model_options=run.model_options,
+                format=run.format,
+                tool_calls=run.tool_calls,
+                session_id=self.id,
+            )
+            trace = current_trace()
+            if trace is not None:
+                trace.model_call(thunk, "chat", model=getattr(self.backend, "model_id", None))
+            reply = await thunk.avalue()
+        except Exception as exc:
+            await hook_points.component_post_error(run, self.backend, exc, before)
+            raise
+        self._record(message, thunk)
+        await hook_points.component_post_success(run, self.backend, thunk, before, self.ctx)
         return Message("assistant", reply, thunk)
 
     # -- validate --------------------------------------------------------------
@@ -315,7 +405,7 @@ class MelleaSession:
         model_options: dict[str, Any] | None = None,
     ) -> list[ValidationResult]:
         """Async :meth:`validate`."""
-        del format, model_options
+        del format
         items = reqs if isinstance(reqs, list) else [reqs]
         ctx = self.ctx
         if output is not None:
@@ -323,7 +413,20 @@ class MelleaSession:
                 output = output.value or ""
             thunk = output if isinstance(output, ModelOutputThunk) else ModelOutputThunk(output)
             ctx = ctx.add(thunk)
-        return [await self._validate_one(as_requirement(r), ctx) for r in items]
+
+        async def check(reqs: list[Requirement]) -> list[ValidationResult]:
+            return [await self._validate_one(r, ctx) for r in reqs]
+
+        _, results = await hook_points.validate(
+            [as_requirement(r) for r in items],
+            check,
+            target=output,
+            context=ctx,
+            backend=self.backend,
+            model_options=model_options,
+            session_id=self.id,
+        )
+        return results
 
     async def _validate_one(self, requirement: Requirement, ctx: Context) -> ValidationResult:
         if requirement.validation_fn is not None:
@@ -339,8 +442,13 @@ class MelleaSession:
             f"Does this text satisfy the requirement: {requirement.description}\n"
             "Answer with yes or no."
         )
-        judge = await self.backend.generate(
-            [{"role": "user", "content": question}], model_options=dict(JUDGE_OPTIONS)
+        judge = await hook_points.generate(
+            self.backend,
+            [{"role": "user", "content": question}],
+            action=requirement,
+            context=ctx,
+            model_options=dict(JUDGE_OPTIONS),
+            session_id=self.id,
         )
         trace = current_trace()
         if trace is not None:
@@ -367,15 +475,20 @@ class MelleaSession:
         options: dict[str, Any],
         format: type | None,
         tool_calls: bool,
+        action: Any = None,
     ) -> Generate:
         """``generate(attempt, retry)`` for a sampling strategy: one backend call."""
 
         async def generate(attempt: int, retry: Retry | None = None) -> ModelOutputThunk:
-            return await self.backend.generate(
+            return await hook_points.generate(
+                self.backend,
                 retry.apply(messages) if retry is not None else messages,
+                action=action,
+                context=self.ctx,
                 model_options=_reseeded(options, attempt),
                 format=format,
                 tool_calls=tool_calls,
+                session_id=self.id,
             )
 
         return generate
@@ -388,6 +501,7 @@ class MelleaSession:
 
     def _record(self, action: Span, thunk: ModelOutputThunk) -> None:
         self.ctx = self.ctx.add(action).add(thunk)
+        self._interaction_count += 1
 
 
 def _parse_into(action: Any, thunk: ModelOutputThunk) -> None:

@@ -20,7 +20,6 @@ CORPUS = Path(__file__).parent / "upstream_examples" / "examples.json"
 CLI = "the `m alora` / `m decompose` modules are not ported yet (issue 23)"
 ADAPTERS = "intrinsics and LoRA adapters are not provided yet (issue 23, adapters)"
 BACKENDS = "hosted backends, the response cache and telemetry are not provided yet (issue 23)"
-PLUGINS = "mellea.plugins is not provided yet (issue 23)"
 STREAMING = "validated streaming is not provided yet (issue 23)"
 COMPONENTS = "mify, rich documents, react and the compactors are not provided yet (issue 23)"
 REQS_TOOLS = "the Python/shell sandbox requirements and tools are not provided yet (issue 23)"
@@ -43,25 +42,6 @@ EXPECTED_MISSING: dict[str, str] = {
     "mellea.backends.cache:SimpleLRUCache": BACKENDS,
     "mellea.backends.litellm:LiteLLMBackend": BACKENDS,
     "mellea.core.requirement:PartialValidationResult": STREAMING,
-    "mellea.plugins:HookType": PLUGINS,
-    "mellea.plugins:Plugin": PLUGINS,
-    "mellea.plugins:PluginMode": PLUGINS,
-    "mellea.plugins:PluginResult": PLUGINS,
-    "mellea.plugins:PluginSet": PLUGINS,
-    "mellea.plugins:PluginViolationError": PLUGINS,
-    "mellea.plugins:block": PLUGINS,
-    "mellea.plugins:hook": PLUGINS,
-    "mellea.plugins:modify": PLUGINS,
-    "mellea.plugins:plugin_scope": PLUGINS,
-    "mellea.plugins:register": PLUGINS,
-    "mellea.plugins.builtin_debug.generation:log_generation_post_call": PLUGINS,
-    "mellea.plugins.builtin_debug.generation:log_generation_pre_call": PLUGINS,
-    "mellea.plugins.builtin_debug.sampling:log_sampling_iteration": PLUGINS,
-    "mellea.plugins.builtin_debug.sampling:log_sampling_loop_end": PLUGINS,
-    "mellea.plugins.builtin_debug.sampling:log_sampling_loop_start": PLUGINS,
-    "mellea.plugins.builtin_debug.sampling:log_sampling_repair": PLUGINS,
-    "mellea.plugins.builtin_debug.validation:log_validation_post_check": PLUGINS,
-    "mellea.plugins.builtin_debug.validation:log_validation_pre_check": PLUGINS,
     "mellea.stdlib.chunking:ChunkingStrategy": STREAMING,
     "mellea.stdlib.components:Intrinsic": ADAPTERS,
     "mellea.stdlib.components:as_generic_chat_history": COMPONENTS,

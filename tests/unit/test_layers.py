@@ -19,7 +19,7 @@ LAYERS = [
     ("wire", ["mellea.serve"]),
     ("library", ["mellea.stdlib", "mellea.formatters"]),
     ("backends", ["mellea.backends"]),
-    ("core", ["mellea.core"]),
+    ("core", ["mellea.core", "mellea.plugins"]),
     ("engine", ["mellea.engine"]),
 ]
 
