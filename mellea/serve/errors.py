@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from mellea.core.errors import RequestError
+from mellea.plugins.base import PluginViolationError
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -87,7 +88,8 @@ def error_body(
 
 def as_openai_error(exc: Exception) -> OpenAIError:
     """The error to send for ``exc``: a client mistake keeps its message and status, a
-    timeout is a 504, anything else is logged here and becomes a generic 500."""
+    plugin's block is a 400 with the plugin's reason and code, a timeout is a 504,
+    anything else is logged here and becomes a generic 500."""
     if isinstance(exc, OpenAIError):
         return exc
     if isinstance(exc, StreamTimeoutError):
@@ -96,6 +98,12 @@ def as_openai_error(exc: Exception) -> OpenAIError:
         return OpenAIError(
             exc.status_code, exc.message, param=exc.param, code=exc.code, error_type=exc.error_type
         )
+    if isinstance(exc, PluginViolationError):
+        # A plugin of the program refused the request: its reason was written for the
+        # caller to read; which plugin it was stays in the log.
+        log.info("plugin %s blocked %s: %s", exc.plugin_name, exc.hook_type, exc.reason)
+        message = f"the program's plugins blocked this request ({exc.hook_type}): {exc.reason}"
+        return OpenAIError(400, message, code=exc.code or "plugin_blocked")
     # The program's own exception text stays in the server log, never in the response.
     log.error("the program failed", exc_info=exc)
     return OpenAIError(500, GENERIC_SERVER_MESSAGE, code="internal_error")

@@ -1,0 +1,26 @@
+"""Test program: a plugin it registers at import blocks requests about a forbidden topic.
+
+The reply otherwise echoes the last message (no model), so only the plugin decides.
+"""
+
+from echo_backend import EchoBackend
+
+from mellea.plugins import HookType, block, hook, register
+from mellea.serve import ChatMessage
+from mellea.stdlib.session import MelleaSession
+
+
+@hook(HookType.COMPONENT_PRE_EXECUTE)
+async def topic_guard(payload, ctx):
+    """Refuse any instruction that names the forbidden topic."""
+    if "forbidden" in str(payload.action):
+        return block("the request names a forbidden topic", code="FORBIDDEN_TOPIC")
+
+
+register(topic_guard)  # for this program's app only
+
+
+def serve(input: list[ChatMessage], requirements=None, model_options=None):
+    """Echo the last message through a session the guard watches."""
+    session = MelleaSession(EchoBackend())
+    return session.instruct(str(input[-1].content), strategy=None)
