@@ -625,3 +625,34 @@ def test_builtin_debug_plugins_log_each_stage(caplog: pytest.LogCaptureFixture) 
         "[SAMPLING-END] SUCCESS in 2 iteration(s)",
     ):
         assert marker in text, marker
+
+
+def test_only_the_hooks_writable_fields_change() -> None:
+    @hook(HookType.SESSION_PRE_INIT)
+    async def overreach(payload, ctx):
+        return modify(payload, backend_name="openai", context_type="ChatContext", model_id="x")
+
+    register(overreach)
+    _, payload = run_hook()
+    assert (payload.backend_name, payload.context_type, payload.model_id) == (
+        "local",
+        "SimpleContext",
+        "x",
+    )
+
+
+def test_a_set_priority_also_overrides_plugin_methods() -> None:
+    order: list[str] = []
+
+    class Late(Plugin, name="late", priority=80):
+        @hook(HookType.SESSION_PRE_INIT, priority=70)
+        async def note(self, payload, ctx):
+            order.append("late-in-set-5")
+
+    @hook(HookType.SESSION_PRE_INIT, priority=10)
+    async def early(payload, ctx):
+        order.append("early-10")
+
+    register([early, PluginSet("urgent", [Late()], priority=5)])
+    run_hook()
+    assert order == ["late-in-set-5", "early-10"]
