@@ -240,7 +240,7 @@ async def generate(
     ``generation_post_call`` fires once the thunk is complete (whoever consumes it),
     ``generation_error`` when the backend raises, at the call or while streaming.
     """
-    if not any(has_plugins(t) for t in _GENERATION_HOOKS):
+    if not has_plugins() or not any(has_plugins(t) for t in _GENERATION_HOOKS):
         return await backend.generate(
             messages, model_options=model_options, format=format, tool_calls=tool_calls
         )
@@ -334,6 +334,8 @@ async def validate(
     """``check(requirements)`` inside the validation hooks: ``(requirements, results)``
     as the plugins left them (pre-check may change the requirements, post-check the
     results)."""
+    if not has_plugins():
+        return requirements, await check(requirements)
     pre = has_plugins(HookType.VALIDATION_PRE_CHECK)
     post = has_plugins(HookType.VALIDATION_POST_CHECK)
     if not (pre or post):
@@ -407,7 +409,7 @@ async def sample(
     ``sampling_iteration`` fires after each attempt is checked, ``sampling_repair``
     after each failed one, ``sampling_loop_end`` on every way out.
     """
-    if not any(has_plugins(t) for t in _SAMPLING_HOOKS):
+    if not has_plugins() or not any(has_plugins(t) for t in _SAMPLING_HOOKS):
         return await strategy.asample(generate, validate, requirements)
     sampling_id = str(uuid.uuid4())
     name = type(strategy).__name__

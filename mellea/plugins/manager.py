@@ -56,7 +56,9 @@ class PluginManager:
 
     def __init__(self, *, timeout: float = DEFAULT_PLUGIN_TIMEOUT) -> None:
         self.timeout = timeout
-        self._handlers: list[Handler] = []
+        # Replaced, never changed in place, so the hook points read them without the lock.
+        self._handlers: tuple[Handler, ...] = ()
+        self._hook_types: frozenset[str] = frozenset()
         self._lock = threading.Lock()  # register/unregister may come from any thread
         self._order = itertools.count()
         self._background: set[asyncio.Task[Any]] = set()
@@ -78,36 +80,40 @@ class PluginManager:
             name, str(hook_type), fn, PluginMode(mode), priority, scope, next(self._order)
         )
         with self._lock:
-            self._handlers = [
-                h for h in self._handlers if not (h.name == name and h.scope == scope)
-            ] + [handler]
+            kept = [h for h in self._handlers if not (h.name == name and h.scope == scope)]
+            self._replace([*kept, handler])
 
     def remove(self, name: str, scope: str | None = None) -> None:
         """Unregister the handler ``name`` of ``scope`` (no error when there is none)."""
         with self._lock:
-            self._handlers = [
-                h for h in self._handlers if not (h.name == name and h.scope == scope)
-            ]
+            self._replace([h for h in self._handlers if not (h.name == name and h.scope == scope)])
 
     def remove_scope(self, scope: str) -> None:
         """Unregister every handler ``scope`` registered."""
         with self._lock:
-            self._handlers = [h for h in self._handlers if h.scope != scope]
+            self._replace([h for h in self._handlers if h.scope != scope])
 
     def clear(self) -> None:
         """Unregister everything."""
         with self._lock:
-            self._handlers = []
+            self._replace([])
+
+    def _replace(self, handlers: list[Handler]) -> None:
+        self._handlers = tuple(handlers)
+        self._hook_types = frozenset(h.hook_type for h in handlers)
 
     def handlers(self, hook_type: str | None = None) -> list[Handler]:
         """The registered handlers (for ``hook_type`` only, when given)."""
-        with self._lock:
-            found = list(self._handlers)
+        found = self._handlers
         return [h for h in found if hook_type is None or h.hook_type == str(hook_type)]
 
     def has_hooks_for(self, hook_type: str) -> bool:
         """Whether any handler is registered for ``hook_type``."""
-        return bool(self.handlers(hook_type))
+        return hook_type in self._hook_types
+
+    def is_empty(self) -> bool:
+        """Whether nothing is registered."""
+        return not self._handlers
 
     # -- running -----------------------------------------------------------
 
@@ -255,8 +261,8 @@ def has_plugins(hook_type: HookType | str | None = None) -> bool:
     points check this before building a payload."""
     manager = get_plugin_manager()
     if hook_type is None:
-        return bool(manager.handlers())
-    return manager.has_hooks_for(str(hook_type))
+        return not manager.is_empty()
+    return manager.has_hooks_for(hook_type)
 
 
 async def invoke_hook(
