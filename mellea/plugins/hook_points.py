@@ -41,7 +41,12 @@ from mellea.plugins.hooks.session import (
 )
 from mellea.plugins.hooks.tool import ToolPostInvokePayload, ToolPreInvokePayload
 from mellea.plugins.hooks.validation import ValidationPostCheckPayload, ValidationPreCheckPayload
-from mellea.plugins.manager import has_plugins, invoke_hook, is_internal_tool
+from mellea.plugins.manager import (
+    get_plugin_manager,
+    has_plugins,
+    invoke_hook,
+    is_internal_tool,
+)
 from mellea.plugins.types import HookType
 
 Checks = list[tuple[Any, Any]]
@@ -239,6 +244,8 @@ async def generate(
     ``generation_pre_call`` may change the options, format and tool switch;
     ``generation_post_call`` fires once the thunk is complete (whoever consumes it),
     ``generation_error`` when the backend raises, at the call or while streaming.
+    Those two run with the plugins of the app that made the call, also when the
+    server reads the thunk after the program returned it.
     """
     if not has_plugins() or not any(has_plugins(t) for t in _GENERATION_HOOKS):
         return await backend.generate(
@@ -272,23 +279,27 @@ async def generate(
         await _generation_error(backend, exc, None, generation_id, started, session_id)
         raise
 
+    manager = get_plugin_manager()
+
     async def post_call(done: ModelOutputThunk) -> None:
-        if has_plugins(HookType.GENERATION_POST_CALL):
-            payload = GenerationPostCallPayload(
-                session_id=session_id,
-                prompt=messages,
-                model_output=done,
-                latency_ms=_ms_since(started),
-                generation_id=generation_id,
-            )
-            await invoke_hook(HookType.GENERATION_POST_CALL, payload, backend=backend)
+        with manager.active():
+            if has_plugins(HookType.GENERATION_POST_CALL):
+                payload = GenerationPostCallPayload(
+                    session_id=session_id,
+                    prompt=messages,
+                    model_output=done,
+                    latency_ms=_ms_since(started),
+                    generation_id=generation_id,
+                )
+                await invoke_hook(HookType.GENERATION_POST_CALL, payload, backend=backend)
 
     async def watched(source: AsyncIterator[GenerationChunk]) -> AsyncIterator[GenerationChunk]:
         try:
             async for chunk in source:
                 yield chunk
         except Exception as exc:
-            await _generation_error(backend, exc, thunk, generation_id, started, session_id)
+            with manager.active():
+                await _generation_error(backend, exc, thunk, generation_id, started, session_id)
             raise
 
     if thunk.is_computed():

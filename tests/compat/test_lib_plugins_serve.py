@@ -23,6 +23,17 @@ def app_with_own_runtime(program: Path):
     return create_app(Program.load(program, Runtime()), ServeSettings(program=str(program)))
 
 
+async def test_post_call_hooks_fire_when_the_server_reads_the_thunk() -> None:
+    program = Program.load(GUARD, Runtime())
+    app = create_app(program, ServeSettings(program=str(GUARD)))
+    body = {"model": "m", "messages": [{"role": "user", "content": "green tea"}]}
+    async with client_for(app) as http:
+        whole = await http.post("/v1/chat/completions", json=body)
+        streamed = await http.post("/v1/chat/completions", json={**body, "stream": True})
+    assert whole.status_code == 200 and streamed.status_code == 200
+    assert program.module.SEEN == ["green tea", "green tea"]
+
+
 async def test_a_plugin_block_is_an_openai_400_with_its_code() -> None:
     async with client_for(app_with_own_runtime(GUARD)) as http:
         client = openai_client(http)
@@ -56,7 +67,7 @@ async def test_a_blocked_stream_is_refused_before_it_starts() -> None:
 async def test_what_a_program_registers_stays_in_its_app() -> None:
     guarded = app_with_own_runtime(GUARD)
     other = app_with_own_runtime(PROGRAMS / "plugin_free.py")
-    assert len(guarded.state.runtime.plugins.handlers()) == 1
+    assert len(guarded.state.runtime.plugins.handlers()) == 2
     assert other.state.runtime.plugins.handlers() == []
     assert get_plugin_manager().handlers() == []  # nor does it leak into the process's
     async with client_for(other) as http:

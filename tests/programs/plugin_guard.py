@@ -17,10 +17,20 @@ async def topic_guard(payload, ctx):
         return block("the request names a forbidden topic", code="FORBIDDEN_TOPIC")
 
 
-register(topic_guard)  # for this program's app only
+SEEN: list[str] = []  # what generation_post_call saw, for the tests to read
 
 
-def serve(input: list[ChatMessage], requirements=None, model_options=None):
-    """Echo the last message through a session the guard watches."""
+@hook(HookType.GENERATION_POST_CALL)
+async def remember(payload, ctx):
+    """Note each finished output (the server reads the thunk after serve() returned)."""
+    SEEN.append(payload.model_output.value)
+
+
+register([topic_guard, remember])  # for this program's app only
+
+
+async def serve(input: list[ChatMessage], requirements=None, model_options=None):
+    """Echo the last message through a session the plugins watch; the thunk is
+    returned unread, for the server to stream."""
     session = MelleaSession(EchoBackend())
-    return session.instruct(str(input[-1].content), strategy=None)
+    return await session.ainstruct(str(input[-1].content), strategy=None)
