@@ -656,3 +656,20 @@ def test_a_set_priority_also_overrides_plugin_methods() -> None:
     register([early, PluginSet("urgent", [Late()], priority=5)])
     run_hook()
     assert order == ["late-in-set-5", "early-10"]
+
+
+def test_session_validate_runs_inside_the_validation_hooks() -> None:
+    calls: list[tuple[str, Any]] = []
+    register([recorder(calls, HookType.VALIDATION_POST_CHECK)])
+
+    @hook(HookType.VALIDATION_PRE_CHECK)
+    async def add_one(payload, ctx):
+        return modify(payload, requirements=[*payload.requirements, says_yes()])
+
+    register(add_one)
+    m = MelleaSession(ScriptedBackend(["unused"]))
+    results = m.validate([req("short", validation_fn=lambda ctx: True)], output="no")
+    assert [bool(r) for r in results] == [True, False]
+    post = calls[0][1]
+    assert (post.passed_count, post.failed_count, post.all_validations_passed) == (1, 1, False)
+    assert [r.description for r in post.requirements] == ["short", "must say yes"]
