@@ -73,6 +73,47 @@ def measure_matmul(device: torch.device) -> float:
     return 10 * 2 * 8192**3 / (start.elapsed_time(end) / 1e3)
 
 
+def attention_kernel_times() -> list[dict]:
+    """Decode attention alone, one piece per context against the split default, in bf16."""
+    import triton
+
+    from mellea.engine.kernels.attention_triton import (
+        decode_splits,
+        paged_attention_decode_triton,
+    )
+
+    rows = []
+    for batch, n_q, n_kv, ctx in [
+        (1, 9, 3, 192),
+        (1, 9, 3, 2112),
+        (1, 32, 8, 192),
+        (1, 32, 8, 2112),
+        (8, 32, 8, 2112),
+        (64, 9, 3, 2112),
+    ]:
+        block_size, head_dim = 16, 64
+        n_blocks = batch * (ctx // block_size + 1)
+        shape = (n_blocks, block_size, n_kv, head_dim)
+        k_cache = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        v_cache = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        tables = torch.randperm(n_blocks, device="cuda", dtype=torch.int32).view(batch, -1)
+        lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
+        q = torch.randn(batch, n_q, head_dim, device="cuda", dtype=torch.bfloat16)
+        splits = decode_splits(batch, n_kv, q.device)
+        row = {"batch": batch, "heads": f"{n_q}/{n_kv}x64", "ctx": ctx, "splits": splits}
+        args = (q, k_cache, v_cache, tables, lens, 0.125, 0)
+        for label, n in (("one_us", 1), ("split_us", splits)):
+            row[label] = 1e3 * triton.testing.do_bench(
+                lambda args=args, n=n: paged_attention_decode_triton(*args, n),
+                return_mode="median",
+            )
+        kv_bytes = 2 * batch * ctx * n_kv * head_dim * 2
+        row["split_tb_s"] = kv_bytes / (row["split_us"] * 1e-6) / 1e12
+        rows.append(row)
+        print(f"  attention {row}", flush=True)
+    return rows
+
+
 def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return torch.randint(10, vocab - 10, (n, length), generator=g).tolist()
@@ -184,23 +225,29 @@ def bench_model(name: str, args: argparse.Namespace, bandwidth: float, root: Pat
     mean_ctx = args.prompt + args.tokens / 2
     rows = []
     for c in args.concurrency:
+        # An untimed run of the same shapes first: Triton compiles a kernel again for
+        # some new argument values (a block table width divisible by 16, say).
+        engine_run(core, prompts(c, args.prompt, vocab, seed=10_000 + c), 4)
         # Fresh prompts per run, so no run reuses an earlier one's cached prefix.
         result = engine_run(core, prompts(c, args.prompt, vocab, seed=c), args.tokens)
         floor_ms = 1e3 * (wbytes + c * mean_ctx * kv_per_token) / bandwidth
         result.update(concurrency=c, graph_ms=graph_replay_ms(core, c), floor_ms=floor_ms)
         rows.append(result)
         print(f"  {name} c={c}: {result}", flush=True)
-    # Long contexts: attention reads more KV than the weights weigh.
-    c, long_prompt = args.long_concurrency, args.long_prompt
-    long = engine_run(core, prompts(c, long_prompt, vocab, seed=99), args.tokens // 2)
-    long_ctx = long_prompt + args.tokens / 4
-    long.update(
-        concurrency=c,
-        prompt=long_prompt,
-        graph_ms=graph_replay_ms(core, c),
-        floor_ms=1e3 * (wbytes + c * long_ctx * kv_per_token) / bandwidth,
-    )
-    print(f"  {name} long c={c}: {long}", flush=True)
+    # Long contexts: attention reads as much KV as there are weights, or more.
+    long_rows = []
+    for c in args.long_concurrency:
+        new = args.tokens // 2
+        engine_run(core, prompts(c, args.long_prompt, vocab, seed=20_000 + c), 4)
+        long = engine_run(core, prompts(c, args.long_prompt, vocab, seed=99 + c), new)
+        long_ctx = args.long_prompt + new / 2
+        long.update(
+            concurrency=c,
+            graph_ms=graph_replay_ms(core, c),
+            floor_ms=1e3 * (wbytes + c * long_ctx * kv_per_token) / bandwidth,
+        )
+        long_rows.append(long)
+        print(f"  {name} long c={c}: {long}", flush=True)
     del core
     torch.cuda.empty_cache()
     # The same steps without CUDA graphs, op by op.
@@ -231,7 +278,13 @@ def bench_model(name: str, args: argparse.Namespace, bandwidth: float, root: Pat
         row["hf_batched_tok_s"] = hf["batched_tok_s"][row["concurrency"]]
         row["x_hf_per_request"] = row["tok_s"] / hf["per_request_tok_s"]
         row["x_hf_batched"] = row["tok_s"] / row["hf_batched_tok_s"]
-    return {"model": name, "weight_bytes": wbytes, "build_s": build_s, "rows": rows, "long": long}
+    return {
+        "model": name,
+        "weight_bytes": wbytes,
+        "build_s": build_s,
+        "rows": rows,
+        "long": long_rows,
+    }
 
 
 def table(results: list[dict], device: str, bandwidth: float, flops: float, args) -> str:
@@ -257,19 +310,18 @@ def table(results: list[dict], device: str, bandwidth: float, flops: float, args
             )
     lines += [
         "",
-        f"Long prompts ({args.long_prompt} tokens, {args.tokens // 2} new, "
-        f"concurrency {args.long_concurrency}):",
+        f"Long prompts ({args.long_prompt} tokens, {args.tokens // 2} new):",
         "",
-        "| model | engine tok/s | decode step ms | graph ms | floor ms | step / floor |",
-        "|---|---|---|---|---|---|",
+        "| model | conc | engine tok/s | decode step ms | graph ms | floor ms | step / floor |",
+        "|---|---|---|---|---|---|---|",
     ]
     for res in results:
-        r = res["long"]
-        step = r["decode_step_ms"]
-        lines.append(
-            f"| {res['model']} | {r['tok_s']:.0f} | {step:.2f} | {r['graph_ms'] or 0:.2f} "
-            f"| {r['floor_ms']:.2f} | {step / r['floor_ms']:.1f} |"
-        )
+        for r in res["long"]:
+            step = r["decode_step_ms"]
+            lines.append(
+                f"| {res['model']} | {r['concurrency']} | {r['tok_s']:.0f} | {step:.2f} "
+                f"| {r['graph_ms'] or 0:.2f} | {r['floor_ms']:.2f} | {step / r['floor_ms']:.1f} |"
+            )
     return "\n".join(lines)
 
 
@@ -282,9 +334,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--kv-gib", type=int, default=8)
     parser.add_argument("--long-prompt", type=int, default=2048)
-    parser.add_argument("--long-concurrency", type=int, default=64)
+    parser.add_argument("--long-concurrency", default="1,64")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    args.long_concurrency = [int(c) for c in args.long_concurrency.split(",")]
     if not torch.cuda.is_available():
         sys.exit("gpu_check needs a CUDA GPU")
     device = torch.device("cuda")
@@ -292,16 +345,34 @@ def main() -> None:
     bandwidth = measure_bandwidth(device)
     flops = measure_matmul(device)
     print(f"{name}: {bandwidth / 1e12:.2f} TB/s copy, {flops / 1e12:.0f} TFLOP/s bf16", flush=True)
+    attention = attention_kernel_times()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models.split(","):
             results.append(bench_model(model, args, bandwidth, Path(tmp)))
     args.out.mkdir(parents=True, exist_ok=True)
     text = table(results, name, bandwidth, flops, args)
+    text += (
+        "\n\nDecode attention kernel alone (bf16, median us; KV read at the split default):\n\n"
+        "| batch | heads | context | splits | one piece us | split us | TB/s |\n"
+        "|---|---|---|---|---|---|---|\n"
+    )
+    text += "\n".join(
+        f"| {r['batch']} | {r['heads']} | {r['ctx']} | {r['splits']} | {r['one_us']:.1f} "
+        f"| {r['split_us']:.1f} | {r['split_tb_s']:.2f} |"
+        for r in attention
+    )
     (args.out / "gpu_check.md").write_text(text + "\n")
     (args.out / "gpu_check.json").write_text(
         json.dumps(
-            {"device": name, "bandwidth": bandwidth, "flops": flops, "results": results}, indent=1
+            {
+                "device": name,
+                "bandwidth": bandwidth,
+                "flops": flops,
+                "results": results,
+                "attention": attention,
+            },
+            indent=1,
         )
     )
     print(text)

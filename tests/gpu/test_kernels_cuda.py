@@ -186,7 +186,8 @@ RAGGED = [1, 15, 16, 17, 31, 32, 33, 100, 1000]
 @pytest.mark.parametrize(("n_q", "n_kv", "head_dim"), HEADS)
 @pytest.mark.parametrize("block_size", [16, 32])
 @pytest.mark.parametrize("window", [0, 24])
-def test_decode_attention_ragged(dtype, n_q, n_kv, head_dim, block_size, window):
+@pytest.mark.parametrize("num_splits", [None, 1])  # None: split to fill the GPU (9 seqs do)
+def test_decode_attention_ragged(dtype, n_q, n_kv, head_dim, block_size, window, num_splits):
     from mellea.engine.kernels.attention_triton import paged_attention_decode_triton
 
     lens = RAGGED
@@ -194,7 +195,7 @@ def test_decode_attention_ragged(dtype, n_q, n_kv, head_dim, block_size, window)
     q = torch.randn(len(lens), n_q, head_dim, device=CUDA, dtype=dtype)
     ctx = torch.tensor(lens, dtype=torch.int32, device=CUDA)
     scale = head_dim**-0.5
-    out = paged_attention_decode_triton(q, k_cache, v_cache, tables, ctx, scale, window)
+    out = paged_attention_decode_triton(q, k_cache, v_cache, tables, ctx, scale, window, num_splits)
     ref = paged_attention_decode_ref(
         q.double(), clean(k_cache), clean(v_cache), tables, ctx, scale, window
     )
