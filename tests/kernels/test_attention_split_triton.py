@@ -37,6 +37,7 @@ def test_split_count_fills_the_gpu_and_never_splits_on_cpu(monkeypatch: pytest.M
     monkeypatch.setattr(at, "_multiprocessors", lambda index: 132)
     cuda = torch.device("cuda", 0)
     assert at.decode_splits(1, 3, cuda) == at.MAX_SPLITS  # 3 programs: as many pieces as allowed
-    assert at.decode_splits(8, 8, cuda) == 5  # 64 programs -> about 264
-    assert at.decode_splits(30, 3, cuda) == 3  # 90 programs -> 270
-    assert at.decode_splits(44, 3, cuda) == 1  # 132 programs fill the chip already
+    assert at.decode_splits(8, 8, cuda) == 9  # 64 programs -> about 4 per multiprocessor
+    assert at.decode_splits(30, 3, cuda) == 6  # 90 programs -> 540
+    assert at.decode_splits(64, 3, cuda) == 3  # 192 programs -> 576
+    assert at.decode_splits(88, 3, cuda) == 1  # 264 programs, 2 per multiprocessor: enough
