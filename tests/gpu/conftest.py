@@ -1,11 +1,13 @@
 """The GPU tests: they run where CUDA is, and are collected and skipped elsewhere (CI).
 
-Run them on a GPU machine with ``pytest tests/gpu``. They must not run in one process
-with tests/kernels, whose conftest turns on Triton's interpreter for everything.
+Run them on a GPU machine with ``pytest tests/gpu``. Collected in one run with
+tests/kernels, whose conftest turns on Triton's interpreter for the whole process,
+they skip too.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -17,9 +19,12 @@ HAS_CUDA = torch.cuda.is_available()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if HAS_CUDA:
+    if not HAS_CUDA:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    elif os.environ.get("TRITON_INTERPRET") == "1":  # set by tests/kernels' conftest
+        skip = pytest.mark.skip(reason="Triton's interpreter is on: run pytest tests/gpu alone")
+    else:
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
     here = Path(__file__).parent
     for item in items:
         if here in Path(item.fspath).parents:
