@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from mellea.engine.config import EngineConfig, ModelConfig
+from mellea.engine.cuda_graphs import DecodeGraphs, graphs_enabled
 from mellea.engine.model import AttentionMetadata, build_model
 from mellea.engine.quant import convert_weights
 from mellea.engine.sampler import SamplingBatch, build_sampling_batch, sample
@@ -101,6 +102,12 @@ class ModelRunner:
         self.k_cache = zeroed(shape, cfg.dtype, cfg.device)
         self.v_cache = zeroed(shape, cfg.dtype, cfg.device)
         self.kv_caches = list(zip(self.k_cache.unbind(0), self.v_cache.unbind(0), strict=True))
+        self.graphs: DecodeGraphs | None = None
+        if graphs_enabled(cfg.device):
+            model_len = cfg.max_model_len or model_cfg.max_position_embeddings
+            max_blocks = min(num_blocks, -(-model_len // cfg.block_size))
+            with torch.inference_mode():
+                self.graphs = DecodeGraphs(self.model, self.kv_caches, cfg.max_num_seqs, max_blocks)
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -131,9 +138,10 @@ class ModelRunner:
             meta.decode_max_len = max(lens)
             tables = _table([s.block_table for s in batch.decodes], dev)
             meta.decode_block_tables = tables
-            if not self.model.cpu_kernel:  # what the PyTorch decode path needs
+            torch_path = not self.model.cpu_kernel and dev.type != "cuda"
+            if torch_path:  # what the PyTorch decode path needs
                 meta.decode_block_index = tables.view(-1).long()
-            if min(lens) != meta.decode_max_len and not self.model.cpu_kernel:
+            if min(lens) != meta.decode_max_len and torch_path:
                 span = torch.arange(meta.decode_max_len, device=dev)
                 keep = span[None, :] < meta.decode_context_lens[:, None]
                 meta.decode_attn_mask = keep[:, None, None, :]
@@ -172,11 +180,27 @@ class ModelRunner:
 
         Also returns their logprobs (see :func:`sample`): None when none asked.
         """
-        hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
-        if not inputs.sampled:
-            return [], None
-        if inputs.logits_indices is not None:
-            hidden = hidden[inputs.logits_indices]
-        logits = self.model.compute_logits(hidden)
-        tokens, logprobs = sample(logits.cpu() if logits.is_cuda else logits, inputs.sampling)
+        logits = self._graph_logits(inputs)
+        if logits is None:
+            hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
+            if not inputs.sampled:
+                return [], None
+            if inputs.logits_indices is not None:
+                hidden = hidden[inputs.logits_indices]
+            logits = self.model.compute_logits(hidden)
+        # On a GPU the logits stay there: sampling runs on the device, and only the
+        # tokens (and any logprobs asked for) come back.
+        tokens, logprobs = sample(logits, inputs.sampling)
         return tokens.tolist(), logprobs
+
+    def _graph_logits(self, inputs: StepInputs) -> torch.Tensor | None:
+        """The logits of a decode-only step from its CUDA graph; None where none runs it."""
+        meta = inputs.meta
+        if (
+            self.graphs is None
+            or not inputs.sampled
+            or inputs.logits_indices is not None
+            or meta.num_decode != inputs.input_ids.shape[0]
+        ):
+            return None
+        return self.graphs.run(inputs.input_ids, inputs.positions, meta)

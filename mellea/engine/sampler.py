@@ -11,7 +11,7 @@ sequence's bad settings fail that sequence alone (:class:`SamplingFailed`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -127,15 +127,16 @@ def apply_penalties(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         # as given (see ``sample``), and a bias must not be added twice.
         logits = logits.index_put((batch.bias_rows, batch.bias_cols), batch.bias_values, True)
     if batch.all_ids is not None:
-        seen = torch.zeros(n_rows, vocab + 1, dtype=torch.bool)
+        seen = torch.zeros(n_rows, vocab + 1, dtype=torch.bool, device=logits.device)
         seen.scatter_(1, batch.all_ids, True)
         seen = seen[:, :vocab]
         penalty = batch.repetition.expand(-1, vocab)
         scaled = torch.where(logits > 0, logits / penalty, logits * penalty)
         logits = torch.where(seen, scaled, logits)
     if batch.output_ids is not None:
-        counts = torch.zeros(n_rows, vocab + 1)
-        counts.scatter_add_(1, batch.output_ids, torch.ones(batch.output_ids.shape))
+        counts = torch.zeros(n_rows, vocab + 1, device=logits.device)
+        ones = torch.ones(batch.output_ids.shape, device=logits.device)
+        counts.scatter_add_(1, batch.output_ids, ones)
         counts = counts[:, :vocab]
         logits = logits - batch.frequency * counts - batch.presence * (counts > 0)
     return logits
@@ -145,7 +146,7 @@ def apply_truncation(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor
     """Mask tokens outside top-k, top-p and min-p (on temperature-scaled logits)."""
     if batch.top_k is not None or batch.top_p is not None:
         ordered, _ = logits.sort(dim=-1, descending=True)
-        cutoff = torch.full((logits.shape[0], 1), float("-inf"))
+        cutoff = torch.full((logits.shape[0], 1), float("-inf"), device=logits.device)
         if batch.top_k is not None:
             kth = (batch.top_k.clamp(max=logits.shape[1]) - 1).unsqueeze(1)
             cutoff = torch.maximum(cutoff, ordered.gather(1, kth))
@@ -196,7 +197,7 @@ def sample(
         except Exception as exc:
             failed[row] = exc
             continue
-        tokens[row] = token[0]
+        tokens[row] = int(token[0])
         if logprobs is not None and entries is not None:
             logprobs[row] = entries[0]
     if failed:
@@ -245,6 +246,8 @@ def pick_tokens(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
             return cpu_kernels.top_k(logits, 1)[1][:, 0]  # the first maximum, as below
         # max() finds the same first maximum as argmax() and runs ~3x faster on CPU.
         return logits.max(dim=-1).indices
+    if logits.device.type != "cpu":
+        batch = _on_device(batch, logits.device)
     logits = apply_penalties(logits, batch)
     greedy_tokens = logits.argmax(dim=-1)
     if bool(batch.greedy.all()):
@@ -253,14 +256,27 @@ def pick_tokens(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     probs = logits.softmax(dim=-1)
     tokens = greedy_tokens.clone()
     unseeded = []
-    for i, generator in enumerate(batch.generators):
-        if batch.greedy[i]:
+    for i, (greedy, generator) in enumerate(
+        zip(batch.greedy.tolist(), batch.generators, strict=True)
+    ):
+        if greedy:
             continue
         if generator is None:
             unseeded.append(i)
-        else:
-            tokens[i] = torch.multinomial(probs[i], 1, generator=generator)[0]
+        else:  # a seeded row draws on its generator's device (the CPU), as everywhere
+            row = probs[i] if probs.device == generator.device else probs[i].cpu()
+            tokens[i] = torch.multinomial(row, 1, generator=generator)[0]
     if unseeded:
-        rows = torch.tensor(unseeded)
+        rows = torch.tensor(unseeded, device=logits.device)
         tokens[rows] = torch.multinomial(probs[rows], 1).squeeze(1)
     return tokens
+
+
+def _on_device(batch: SamplingBatch, device: torch.device) -> SamplingBatch:
+    """``batch`` with its tensors on ``device`` (where the logits are)."""
+    moved = {
+        f.name: getattr(batch, f.name).to(device)
+        for f in fields(batch)
+        if isinstance(getattr(batch, f.name), torch.Tensor)
+    }
+    return replace(batch, **moved)

@@ -11,6 +11,7 @@ upcast to fp32 instead.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -160,6 +161,117 @@ def _decode_kernel(
 
 
 @triton.jit
+def _decode_split_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    tables_ptr,
+    lens_ptr,
+    part_acc_ptr,
+    part_m_ptr,
+    part_l_ptr,
+    stride_q_b,
+    stride_q_h,
+    stride_kc_b,
+    stride_kc_s,
+    stride_kc_h,
+    stride_vc_b,
+    stride_vc_s,
+    stride_vc_h,
+    stride_tab,
+    group,
+    block_size,
+    head_dim,
+    qk_scale,
+    window,
+    num_splits,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT_TY: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    # One program per (sequence, kv head, split): each split walks its share of the
+    # visible tiles and leaves its running max, sum and unnormalised output behind.
+    seq = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    ctx = tl.load(lens_ptr + seq)
+    g = tl.arange(0, BLOCK_G)
+    dims = tl.arange(0, BLOCK_D)
+    heads = kv_head * group + g
+    q_mask = (g < group)[:, None] & (dims < head_dim)[None, :]
+    q_ptrs = q_ptr + seq * stride_q_b + heads[:, None] * stride_q_h + dims[None, :]
+    q = tl.load(q_ptrs, mask=q_mask, other=0.0).to(DOT_TY)
+    tables = tables_ptr + seq * stride_tab
+
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
+    lo = tl.where(window > 0, tl.maximum(ctx - window, 0), 0)
+    first = (lo // BLOCK_N) * BLOCK_N
+    per_split = tl.cdiv(tl.cdiv(ctx - first, BLOCK_N), num_splits) * BLOCK_N
+    begin = first + split * per_split
+    end = tl.minimum(begin + per_split, ctx)
+    for start in range(begin, end, BLOCK_N):
+        pos = start + tl.arange(0, BLOCK_N)
+        valid = (pos < ctx) & (pos >= lo)
+        k = _tile_kv(
+            k_cache_ptr, tables, pos, valid, dims, kv_head, block_size, head_dim,
+            stride_kc_b, stride_kc_s, stride_kc_h, DOT_TY,
+        )  # fmt: skip
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        s = tl.where(valid[None, :], s, float("-inf"))
+        v = _tile_kv(
+            v_cache_ptr, tables, pos, valid, dims, kv_head, block_size, head_dim,
+            stride_vc_b, stride_vc_s, stride_vc_h, DOT_TY,
+        )  # fmt: skip
+        m_i, l_i, acc = _online_softmax_step(s, v, m_i, l_i, acc, PRECISION)
+
+    # Partials are [B, Hq, num_splits] (and [..., BLOCK_D] for the output), contiguous.
+    row = (seq * (tl.num_programs(1) * group) + heads) * num_splits + split
+    tl.store(part_m_ptr + row, m_i, mask=g < group)
+    tl.store(part_l_ptr + row, l_i, mask=g < group)
+    tl.store(part_acc_ptr + row[:, None] * BLOCK_D + dims[None, :], acc, mask=q_mask)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    part_acc_ptr,
+    part_m_ptr,
+    part_l_ptr,
+    out_ptr,
+    stride_o_b,
+    stride_o_h,
+    n_heads,
+    head_dim,
+    num_splits,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # One program per (sequence, query head): merge the splits by their maxima.
+    seq = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    splits = tl.arange(0, BLOCK_S)
+    dims = tl.arange(0, BLOCK_D)
+    live = splits < num_splits
+    row = (seq * n_heads + head) * num_splits + splits
+    m = tl.load(part_m_ptr + row, mask=live, other=float("-inf"))
+    sums = tl.load(part_l_ptr + row, mask=live, other=0.0)
+    m_max = tl.max(m, axis=0)
+    weight = tl.exp2(m - tl.where(m_max == float("-inf"), 0.0, m_max))
+    total = tl.sum(sums * weight, axis=0)
+    acc = tl.load(
+        part_acc_ptr + row[:, None] * BLOCK_D + dims[None, :],
+        mask=live[:, None] & (dims < head_dim)[None, :],
+        other=0.0,
+    )
+    out = tl.sum(acc * weight[:, None], axis=0) / tl.where(total > 0, total, 1.0)
+    o_ptrs = out_ptr + seq * stride_o_b + head * stride_o_h + dims
+    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=dims < head_dim)
+
+
+@triton.jit
 def _prefill_kernel(
     q_ptr,
     k_cache_ptr,
@@ -300,6 +412,35 @@ def _shared_meta(dtype: torch.dtype, cfg: LaunchConfig) -> dict[str, object]:
     }
 
 
+MAX_SPLITS = 16
+
+
+@functools.cache
+def _multiprocessors(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def decode_splits(batch: int, n_kv: int, device: torch.device) -> int:
+    """How many pieces decode attention cuts each context into.
+
+    One program per (sequence, KV head) leaves a GPU short of loads in flight when
+    there are fewer of them than about two per multiprocessor (one stream, a few KV
+    heads, or a few dozen streams of a model with 3 KV heads), each walking its whole
+    context alone; then each context is split so that there are about four programs
+    per multiprocessor, and a second kernel merges the pieces. The count depends on
+    the batch only, never on the lengths, so a captured CUDA graph stays valid for any
+    context. (On an H100 a single stream's step got faster with it at 192 tokens of
+    context as at 2k: benchmarks/README.md, GPU.)
+    """
+    if device.type != "cuda":
+        return 1
+    programs = batch * n_kv
+    sms = _multiprocessors(device.index if device.index is not None else 0)
+    if programs >= 2 * sms:
+        return 1
+    return min(MAX_SPLITS, triton.cdiv(4 * sms, programs))
+
+
 def paged_attention_decode_triton(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -308,10 +449,13 @@ def paged_attention_decode_triton(
     context_lens: torch.Tensor,
     scale: float,
     window: int = 0,
+    num_splits: int | None = None,
 ) -> torch.Tensor:
     """Triton twin of ``paged_attention_decode_ref``: ``q`` [B, Hq, D] -> [B, Hq, D].
 
-    Grid (B, Hk); each program handles the Hq // Hk query heads of one kv head.
+    Grid (B, Hk); each program handles the Hq // Hk query heads of one kv head. With
+    ``num_splits`` > 1 (default: :func:`decode_splits`) each context is cut into that
+    many pieces, grid (B, Hk, splits), merged by a second kernel.
     """
     batch, n_heads, head_dim = q.shape
     _check_cache(k_cache, v_cache, n_heads)
@@ -324,16 +468,56 @@ def paged_attention_decode_triton(
     if batch == 0:
         return out
     cfg = decode_config(q.dtype, head_dim, group)
-    _decode_kernel[(batch, n_kv)](
+    if num_splits is None:
+        num_splits = decode_splits(batch, n_kv, q.device)
+    if num_splits <= 1:
+        _decode_kernel[(batch, n_kv)](
+            q,
+            k_cache,
+            v_cache,
+            tables,
+            lens,
+            out,
+            *_shared_args(q, k_cache, v_cache, tables, out, group, scale, window),
+            BLOCK_G=cfg.block_m,
+            **_shared_meta(q.dtype, cfg),
+        )
+        return out
+    part_m = torch.empty((batch, n_heads, num_splits), dtype=torch.float32, device=q.device)
+    part_l = torch.empty_like(part_m)
+    part_acc = torch.empty(
+        (batch, n_heads, num_splits, cfg.block_d), dtype=torch.float32, device=q.device
+    )
+    shared = _shared_args(q, k_cache, v_cache, tables, out, group, scale, window)
+    # The shared arguments without the output's strides (the partials are contiguous).
+    args = (*shared[:9], *shared[11:])
+    _decode_split_kernel[(batch, n_kv, num_splits)](
         q,
         k_cache,
         v_cache,
         tables,
         lens,
-        out,
-        *_shared_args(q, k_cache, v_cache, tables, out, group, scale, window),
+        part_acc,
+        part_m,
+        part_l,
+        *args,
+        num_splits,
         BLOCK_G=cfg.block_m,
         **_shared_meta(q.dtype, cfg),
+    )
+    _decode_reduce_kernel[(batch, n_heads)](
+        part_acc,
+        part_m,
+        part_l,
+        out,
+        out.stride(0),
+        out.stride(1),
+        n_heads,
+        head_dim,
+        num_splits,
+        BLOCK_S=triton.next_power_of_2(num_splits),
+        BLOCK_D=cfg.block_d,
+        num_warps=4,
     )
     return out
 

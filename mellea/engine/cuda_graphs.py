@@ -1,0 +1,110 @@
+"""Decode steps on a GPU replayed as CUDA graphs, one graph per padded batch size.
+
+A decode-only step of the kernel path has fixed shapes for a given batch size and
+no host syncs (the attention kernels read each sequence's length and block table
+on the device), so its forward pass and LM head can be captured once and replayed:
+one launch instead of some ten per layer, which at small batches is most of a
+step's time. A batch is padded up to the next captured size; padded rows write no
+KV (slot -1) and attend to nothing (length 0), and their logits are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from mellea.engine.cpu_attention import AttentionMetadata
+
+log = logging.getLogger("mellea.engine")
+
+# Batch sizes that get a graph (those up to the engine's max_num_seqs, and it).
+GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+
+def graphs_enabled(device: torch.device) -> bool:
+    """Whether decode runs as CUDA graphs here (``MELLEA_CUDA_GRAPHS=0`` turns it off)."""
+    return device.type == "cuda" and os.environ.get("MELLEA_CUDA_GRAPHS", "1") != "0"
+
+
+def graph_sizes(max_batch: int) -> list[int]:
+    """The captured batch sizes for an engine that batches up to ``max_batch`` sequences."""
+    sizes = [s for s in GRAPH_BATCH_SIZES if s < max_batch]
+    return [*sizes, max_batch]
+
+
+class DecodeGraphs:
+    """Captured decode steps over static input buffers, for one model and KV cache."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        max_batch: int,
+        max_blocks: int,
+    ) -> None:
+        device = kv_caches[0][0].device
+        self.sizes = graph_sizes(max_batch)
+        top = self.sizes[-1]
+        self.input_ids = torch.zeros(top, dtype=torch.long, device=device)
+        self.positions = torch.zeros(top, dtype=torch.long, device=device)
+        self.slots = torch.full((top,), -1, dtype=torch.long, device=device)
+        self.lens = torch.zeros(top, dtype=torch.int32, device=device)
+        self.tables = torch.zeros((top, max_blocks), dtype=torch.int32, device=device)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.logits: dict[int, torch.Tensor] = {}
+        pool = None
+        # Largest first, all in one memory pool: smaller graphs reuse its buffers.
+        for size in reversed(self.sizes):
+            graph = torch.cuda.CUDAGraph()
+            run = self._forward(model, kv_caches, size)
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):  # warm-up: compiles the Triton kernels
+                run()
+            torch.cuda.current_stream(device).wait_stream(stream)
+            with torch.cuda.graph(graph, pool=pool):
+                self.logits[size] = run()
+            pool = graph.pool()
+            self.graphs[size] = graph
+        torch.cuda.synchronize(device)
+        log.info("captured decode CUDA graphs for batch sizes %s", self.sizes)
+
+    def _forward(self, model: torch.nn.Module, kv_caches: list, size: int):
+        meta = AttentionMetadata(slot_mapping=self.slots[:size], num_decode=size)
+        meta.decode_context_lens = self.lens[:size]
+        meta.decode_block_tables = self.tables[:size]
+        meta.decode_max_len = 1  # read by the CPU paths only
+        ids, positions = self.input_ids[:size], self.positions[:size]
+        return lambda: model.compute_logits(model(ids, positions, kv_caches, meta))
+
+    def size_for(self, batch: int) -> int | None:
+        """The captured size a batch of ``batch`` decodes runs at; None if too large."""
+        return next((s for s in self.sizes if s >= batch), None)
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor | None:
+        """fp32 logits [B, V] of a decode-only step, or None if no graph fits it.
+
+        The logits are a view of the graph's output: valid until the next replay.
+        """
+        n = input_ids.shape[0]
+        size = self.size_for(n)
+        tables = meta.decode_block_tables
+        if size is None or tables is None or tables.shape[1] > self.tables.shape[1]:
+            return None
+        self.input_ids[:n].copy_(input_ids)
+        self.positions[:n].copy_(positions)
+        self.slots[:n].copy_(meta.slot_mapping)
+        self.lens[:n].copy_(meta.decode_context_lens)
+        if size > n:
+            self.slots[n:size].fill_(-1)
+            self.lens[n:size].zero_()
+        self.tables[:n, : tables.shape[1]].copy_(tables)
+        self.graphs[size].replay()
+        return self.logits[size][:n]
