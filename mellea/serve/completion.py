@@ -134,12 +134,14 @@ def tool_calls_of(thunk: ModelOutputThunk) -> list[ResponseToolCall] | None:
     ]
 
 
-def finish_reason_of(thunk: ModelOutputThunk) -> FinishReason:
-    """``tool_calls`` when the reply calls tools, ``length`` when cut short, else ``stop``."""
-    if thunk.tool_calls:
-        return "tool_calls"
+def finish_reason_of(thunk: ModelOutputThunk, calls: bool = False) -> FinishReason:
+    """``length`` when cut short (also in the middle of a tool call, as OpenAI has it),
+    ``tool_calls`` when the reply calls tools (``calls``: the text held some), else
+    ``stop``."""
     if thunk.finish_reason in ("length", "content_filter"):
         return thunk.finish_reason  # type: ignore[return-value]
+    if calls or thunk.tool_calls:
+        return "tool_calls"
     return "stop"
 
 
@@ -202,6 +204,6 @@ async def _choice(
         index=index,
         message=message,
         logprobs=chat_logprobs(thunk.logprobs) if logprobs and thunk.logprobs else None,
-        finish_reason="tool_calls" if calls else finish_reason_of(thunk),
+        finish_reason=finish_reason_of(thunk, bool(calls)),
     )
     return choice, usage_of(thunk, reasoning)

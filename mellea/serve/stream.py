@@ -301,7 +301,7 @@ async def _chat_choice_chunks(
                 yield item
         if reader.live:
             yield reader.program_done()
-        yield choice(Delta(), finish="tool_calls" if calls_sent else finish_reason_of(thunk))
+        yield choice(Delta(), finish=finish_reason_of(thunk, calls_sent > 0))
         tally.add(reader, usage_of(thunk, "".join(reasoning)))
     finally:
         await reader.close()
