@@ -22,17 +22,20 @@ log = logging.getLogger("mellea.serve")
 _BODY = "body"  # where the read body waits in the request's ``scope["state"]``
 _FACTS = "body_facts"
 CHAT = "/v1/chat/completions"
+LINGER_SECONDS = 5.0  # how long a refused body is still read (and dropped) after the 413
 COMPLETIONS = "/v1/completions"
 
 
 class BodyReader:
     """ASGI middleware: the body is read whole before the app runs, then handed on.
 
-    A body over ``max_bytes`` gets 413. Up to twice the limit it is read to its end
-    (and dropped) first, so that the client, still sending, gets to read the answer; a
-    declared ``Content-Length`` beyond that is refused before any of the body is read.
-    A body not complete ``timeout`` seconds after its headers came gets 408. Either
-    way the connection is closed.
+    A body over ``max_bytes`` gets 413. A declared ``Content-Length`` over the limit is
+    answered at once, before any of the body is read (as nginx does); what the client
+    still sends is then read and dropped for up to ``LINGER_SECONDS``, so that a client
+    still sending gets to read the answer instead of a reset connection. A chunked body
+    is read until it passes the limit, to its end (and dropped) up to twice the limit. A
+    body not complete ``timeout`` seconds after its headers came gets 408. Either way
+    the connection is closed.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout: float | None) -> None:
@@ -45,8 +48,10 @@ class BodyReader:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > 2 * self.max_bytes:
-            await self._too_large(send)
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(send, complete=False)
+            await self._drain(receive)
+            await send({"type": "http.response.body", "body": b""})
             return
         try:
             async with asyncio.timeout(self.timeout):
@@ -88,13 +93,26 @@ class BodyReader:
                     raise _TooLarge
                 return b"".join(chunks)
 
-    async def _too_large(self, send: Send) -> None:
+    async def _drain(self, receive: Receive) -> None:
+        """Read and drop the rest of a refused body, for a while at most."""
+        linger = min(LINGER_SECONDS, self.timeout or LINGER_SECONDS)
+        try:
+            async with asyncio.timeout(linger):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect" or not message.get("more_body"):
+                        return
+        except TimeoutError:
+            return
+
+    async def _too_large(self, send: Send, complete: bool = True) -> None:
         await send_error(
             send,
             413,
             f"request body is larger than the limit of {self.max_bytes} bytes",
             code="request_too_large",
             headers={"connection": "close"},
+            complete=complete,
         )
 
 

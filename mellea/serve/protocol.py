@@ -297,6 +297,13 @@ class ChatCompletionChunk(WireModel):
     mellea: dict[str, Any] | None = None  # a program event (only with include_program_events)
 
 
+class ChatCompletionChunkWithUsage(ChatCompletionChunk):
+    """A stream chunk when the client asked for usage: ``"usage": null`` on every chunk
+    but the last, which carries the counts (as the OpenAI reference has it)."""
+
+    keep_none = frozenset({"usage"})
+
+
 class ModelCard(WireModel):
     """An entry of ``GET /v1/models``."""
 

@@ -24,6 +24,7 @@ from mellea.serve.logprobs import chat_logprobs, completion_logprobs
 from mellea.serve.program_report import event_object, other_calls, program_report, with_calls
 from mellea.serve.protocol import (
     ChatCompletionChunk,
+    ChatCompletionChunkWithUsage,
     ChunkChoice,
     ChunkToolCall,
     ChunkToolCallFunction,
@@ -202,7 +203,8 @@ def chat_completion_events(
         choice: ChunkChoice | ProgramEvent | None, usage: Usage | None = None
     ) -> dict[str, str]:
         event = choice if isinstance(choice, dict) else None
-        body = ChatCompletionChunk(
+        chunk = ChatCompletionChunkWithUsage if include_usage else ChatCompletionChunk
+        body = chunk(
             id=completion_id,
             created=created,
             model=model,
@@ -441,18 +443,19 @@ def text_completion_events(
     ``n`` times in a row); the choices run concurrently and their chunks interleave,
     each with its ``index``. Program ``traces`` work as for chat completions.
     """
-    from mellea.serve.text_completion import Completion, CompletionChoice
+    from mellea.serve.text_completion import Completion, CompletionChoice, CompletionWithUsage
 
     tally = Tally(len(sources), n, observer)
+    chunk = CompletionWithUsage if include_usage else Completion
 
     def frame(choices: list[CompletionChoice], usage: Usage | None = None) -> dict[str, str]:
-        body = Completion(id=completion_id, created=created, model=model, choices=choices)
+        body = chunk(id=completion_id, created=created, model=model, choices=choices)
         body.usage = usage
         return {"data": body.model_dump_json()}
 
     def item_frame(item: CompletionChoice | ProgramEvent) -> dict[str, str]:
         if isinstance(item, dict):
-            body = Completion(id=completion_id, created=created, model=model, choices=[])
+            body = chunk(id=completion_id, created=created, model=model, choices=[])
             body.mellea = item
             return {"data": body.model_dump_json()}
         return frame([item])
@@ -497,6 +500,6 @@ def text_completion_events(
 
     def ending() -> list[dict[str, str]]:
         usage = tally.total()
-        return [frame([], usage=usage)] if include_usage else []
+        return [frame([], usage=usage or Usage())] if include_usage else []
 
     return _framed(streams, item_frame, ending, completion_id)
