@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from tests.server import PROGRAMS, serve, sse_events
+from tests.unit.test_schema_refs import fanned_out_schema
 
 pytestmark = pytest.mark.e2e
 
@@ -101,3 +102,34 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(ech
         timeout=30,
     )
     assert reply.json()["choices"][0]["message"]["content"] == "still here"
+
+
+# -- $ref fan-out in schemas ----------------------------------------------------------
+
+
+def test_a_schema_whose_refs_fan_out_is_converted_once_per_definition(inspect):
+    # Before the fix each $ref was expanded again where it appeared: 2**30 types, cut
+    # off by the converter's budget after about a second of CPU, and refused with a 400.
+    schema = fanned_out_schema(30)
+    chat = httpx.post(
+        f"{inspect.base_url}/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "t", "schema": schema},
+            },
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
+        },
+        timeout=60,
+    )
+    assert chat.status_code == 200, chat.text
+    seen = json.loads(chat.json()["choices"][0]["message"]["content"])
+    assert len(seen["format"]["$defs"]) == 30  # one model per object definition, reused
+    response = client(inspect).responses.create(
+        model="m",
+        input="hi",
+        text={"format": {"type": "json_schema", "name": "t", "schema": schema}},
+        tools=[{"type": "function", "name": "f", "parameters": schema}],
+    )
+    assert len(json.loads(response.output_text)["format"]["$defs"]) == 30
