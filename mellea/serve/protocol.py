@@ -13,7 +13,7 @@ from pydantic import (
     model_validator,
 )
 
-from mellea.serve.bounds import MAX_CHOICES, MAX_TOP_LOGPROBS, check_body
+from mellea.serve.bounds import MAX_CHOICES, MAX_TOP_LOGPROBS, body_error, check_body
 from mellea.serve.messages import ChatMessage
 
 MAX_INT32 = 2**31 - 1  # bound for counts, so absurd numbers are a 400, not an overflow
@@ -124,6 +124,37 @@ class ChatCompletionRequest(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
     # The mellea extension: requirements the program should check its output against.
     requirements: list[str] | None = None
+    # The deprecated forms of ``tools`` and ``tool_choice``: they become those (see
+    # ``legacy_functions``), and the reply calls the function as they do.
+    functions: list[FunctionDefinition] | None = None
+    function_call: Literal["none", "auto"] | NamedFunction | None = None
+
+    @model_validator(mode="after")
+    def legacy_functions(self) -> ChatCompletionRequest:
+        """``functions`` / ``function_call`` as ``tools`` / ``tool_choice`` (one call at most)."""
+        if self.functions is None:
+            if self.function_call is not None:
+                raise body_error("function_call needs functions", ("function_call",))
+            return self
+        if self.tools is not None or self.tool_choice is not None:
+            raise body_error(
+                "send tools and tool_choice, or the older functions and function_call, not both",
+                ("functions",),
+            )
+        self.tools = [Tool(type="function", function=f) for f in self.functions]
+        call = self.function_call
+        if isinstance(call, NamedFunction):
+            self.tool_choice = NamedToolChoice(type="function", function=call)
+        else:
+            self.tool_choice = call
+        self.parallel_tool_calls = False
+        return self
+
+    @property
+    def uses_functions(self) -> bool:
+        """Whether the request came in the deprecated ``functions`` form (and so is answered
+        with ``function_call``, not ``tool_calls``)."""
+        return self.functions is not None
 
 
 # -- response --------------------------------------------------------------------
@@ -196,6 +227,7 @@ class AssistantMessage(WireModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     tool_calls: list[ResponseToolCall] | None = None
+    function_call: ResponseFunctionCall | None = None  # the deprecated ``functions`` form
     reasoning_content: str | None = None
 
 
@@ -272,6 +304,7 @@ class Delta(WireModel):
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[ChunkToolCall] | None = None
+    function_call: ChunkToolCallFunction | None = None  # the deprecated ``functions`` form
 
 
 class ChunkChoice(WireModel):

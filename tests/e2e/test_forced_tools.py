@@ -133,3 +133,31 @@ def test_a_responses_function_without_parameters_is_called_with_no_arguments(hel
         ("function_call", "now", "{}")
     ]
     json.loads(response.output[0].arguments)
+
+
+def test_legacy_functions_are_called_as_function_call(hello):
+    """``functions`` / ``function_call`` (deprecated, still sent by older clients) work as
+    tools and tool_choice, and the reply has their shape: ``message.function_call``."""
+    kwargs = {
+        "model": "hello",
+        "messages": WEATHER,
+        "functions": [WEATHER_TOOL["function"]],
+        "function_call": {"name": "get_weather"},
+        "max_tokens": 60,
+    }
+    reply = client(hello).chat.completions.create(**kwargs)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "function_call"
+    assert choice.message.tool_calls is None and not choice.message.content
+    call = choice.message.function_call
+    assert call.name == "get_weather"
+    assert set(json.loads(call.arguments)) == {"city", "unit"}
+    chunks = list(client(hello).chat.completions.create(stream=True, **kwargs))
+    pieces = [c.choices[0].delta.function_call for c in chunks if c.choices]
+    pieces = [p for p in pieces if p is not None]
+    assert pieces[0].name == "get_weather"
+    assert "".join(p.arguments or "" for p in pieces) == call.arguments
+    assert chunks[-1].choices[0].finish_reason == "function_call"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client(hello).chat.completions.create(tools=[WEATHER_TOOL], **kwargs)
+    assert caught.value.body["param"] == "functions"
