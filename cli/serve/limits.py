@@ -17,10 +17,12 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cli.serve.responses import send_error
+from mellea.serve.bounds import too_many_values
 
 log = logging.getLogger("mellea.serve")
 _BODY = "body"  # where the read body waits in the request's ``scope["state"]``
 _FACTS = "body_facts"
+_PARSED = "body_json"  # the body parsed by ``body_facts``, for the route to reuse
 CHAT = "/v1/chat/completions"
 LINGER_SECONDS = 5.0  # how long a refused body is still read (and dropped) after the 413
 COMPLETIONS = "/v1/completions"
@@ -210,17 +212,26 @@ def body_facts(scope: Scope) -> BodyFacts:
     state = scope.setdefault("state", {})
     facts = state.get(_FACTS)
     if facts is None:
-        facts = state[_FACTS] = _facts(scope["path"], state.get(_BODY) or b"")
+        facts = state[_FACTS] = _facts(scope["path"], state.get(_BODY) or b"", state)
     return facts
 
 
-def _facts(path: str, body: bytes) -> BodyFacts:
-    if not body.lstrip().startswith(b"{"):
+def parsed_body(scope: Scope) -> Any:
+    """The body as :func:`body_facts` parsed it (a JSON object), else ``None``: the route
+    uses it rather than parsing the same bytes on the event loop again."""
+    return (scope.get("state") or {}).get(_PARSED)
+
+
+def _facts(path: str, body: bytes, state: dict[str, Any]) -> BodyFacts:
+    # A body the route refuses unparsed (far too many values) is not parsed here either:
+    # parsing 16 MiB of tiny values holds the event loop for most of a second.
+    if not body.lstrip().startswith(b"{") or too_many_values(body):
         return BodyFacts()
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
         return BodyFacts()
+    state[_PARSED] = data
     if not isinstance(data, dict):
         return BodyFacts()
     salt = data.get("cache_salt")
