@@ -81,6 +81,21 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
+class AllowedTools(BaseModel):
+    """The ``allowed_tools`` member of an ``allowed_tools`` tool choice."""
+
+    mode: Literal["auto", "required"]
+    tools: list[NamedToolChoice] = Field(min_length=1)
+
+
+class AllowedToolsChoice(BaseModel):
+    """``{"type": "allowed_tools", "allowed_tools": {"mode", "tools": [...]}}``: the model
+    may call only the listed tools (the program is offered only those), under ``mode``."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
 class ChatCompletionRequest(BaseModel):
     """A ``POST /v1/chat/completions`` body. Unknown fields are accepted and ignored."""
 
@@ -108,7 +123,9 @@ class ChatCompletionRequest(BaseModel):
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: (
+        Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice | None
+    ) = None
     parallel_tool_calls: bool | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
@@ -122,6 +139,8 @@ class ChatCompletionRequest(BaseModel):
     ignore_eos: bool | None = None  # keep generating past end-of-sequence (benchmarks)
     # Variables for the model's chat template, e.g. {"enable_thinking": false} (Qwen3).
     chat_template_kwargs: dict[str, Any] | None = None
+    # How hard a reasoning model should think; reaches the program as ``reasoning_effort``.
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     # The mellea extension: requirements the program should check its output against.
     requirements: list[str] | None = None
     # The deprecated forms of ``tools`` and ``tool_choice``: they become those (see

@@ -253,3 +253,31 @@ def test_allowed_tools_offers_only_the_listed_tools(small):
     with pytest.raises(openai.BadRequestError) as caught:
         keyed(small, "key-a").responses.create(model="m", input="hi", tools=tools, tool_choice=bad)
     assert caught.value.body["param"] == "tool_choice.tools[0].name"
+
+
+def test_chat_allowed_tools_and_reasoning_effort_reach_the_program(small):
+    tools = [
+        {"type": "function", "function": {"name": "a"}},
+        {"type": "function", "function": {"name": "b"}},
+    ]
+    allowed = {"mode": "required", "tools": [{"type": "function", "function": {"name": "a"}}]}
+    reply = keyed(small, "key-a").chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=tools,
+        tool_choice={"type": "allowed_tools", "allowed_tools": allowed},
+        reasoning_effort="high",
+    )
+    options = json.loads(reply.choices[0].message.content)["model_options"]
+    assert [t["function"]["name"] for t in options[TOOLS]] == ["a"]
+    assert options["tool_choice"] == "required"
+    assert options["reasoning_effort"] == "high"
+    wrong = {"mode": "auto", "tools": [{"type": "function", "function": {"name": "zz"}}]}
+    with pytest.raises(openai.BadRequestError) as caught:
+        keyed(small, "key-a").chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "hi"}],
+            tools=tools,
+            tool_choice={"type": "allowed_tools", "allowed_tools": wrong},
+        )
+    assert caught.value.body["param"] == "tool_choice.allowed_tools.tools[0].function.name"
