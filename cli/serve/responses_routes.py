@@ -73,7 +73,13 @@ def add_responses_routes(
         owner = tenant_of(request.scope)
         tools = check_request(body)
         history = _history(store, body.previous_response_id, owner)
-        items = input_items(body.input or "", lambda ids: store.items(ids, owner))
+        # Looking referred items up scans the stored responses: off the loop.
+        refers = isinstance(body.input, list) and any(
+            item.get("type") == "item_reference" for item in body.input
+        )
+        items = await run_request_work(
+            request, refers, input_items, body.input or "", lambda ids: store.items(ids, owner)
+        )
         # A text.format schema takes a while to turn into a model, and a stored history
         # may be long whatever the body's size: both off the loop.
         spec = body.text.format if body.text else None
