@@ -847,3 +847,26 @@ def test_bounds_over_a_socket(server):
     )
     assert assert_our_error(response, "logit_bias")
     assert "Traceback" not in server.log
+
+
+async def test_truncation_auto_fits_a_long_conversation_to_the_engine_context(engine_app):
+    """A conversation longer than the engine's context (4096 positions): ``disabled``
+    gets the context-length 400 naming ``input``, ``auto`` an answer from its newest turns."""
+    turns = []
+    for i in range(40):  # some 200 tokens a turn, 8000 in all
+        turns.append({"role": "user", "content": f"turn {i}: " + "words and more words " * 40})
+        turns.append({"role": "assistant", "content": "noted"})
+    turns.append({"role": "user", "content": "the newest question"})
+    transport = httpx.ASGITransport(app=engine_app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://localhost", timeout=120
+    ) as c:
+        body = {"input": turns, "max_output_tokens": 2}
+        refused = await post(c, RESPONSES, {**body, "truncation": "disabled"})
+        error = assert_our_error(refused, "input")
+        assert error["code"] == "context_length_exceeded"
+        answered = await post(c, RESPONSES, {**body, "truncation": "auto"})
+    assert answered.status_code == 200, answered.text
+    response = answered.json()
+    assert response["truncation"] == "auto" and response["status"] == "incomplete"
+    assert 0 < response["usage"]["input_tokens"] <= 4096
