@@ -10,6 +10,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
+from cli.serve.limits import parsed_body
 from mellea.serve.bounds import MAX_BODY_VALUES, too_many_values
 
 
@@ -23,6 +24,10 @@ class BoundedJsonRequest(Request):
     async def json(self) -> Any:
         """The parsed body; 400 when a scan of the bytes shows too many values."""
         if not hasattr(self, "_json"):
+            parsed = parsed_body(self.scope)
+            if parsed is not None:  # the middleware parsed it already
+                self._json = parsed
+                return parsed
             body = await self.body()
             if too_many_values(body):
                 raise HTTPException(

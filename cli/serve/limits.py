@@ -17,22 +17,27 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cli.serve.responses import send_error
+from mellea.serve.bounds import too_many_values
 
 log = logging.getLogger("mellea.serve")
 _BODY = "body"  # where the read body waits in the request's ``scope["state"]``
 _FACTS = "body_facts"
+_PARSED = "body_json"  # the body parsed by ``body_facts``, for the route to reuse
 CHAT = "/v1/chat/completions"
+LINGER_SECONDS = 5.0  # how long a refused body is still read (and dropped) after the 413
 COMPLETIONS = "/v1/completions"
 
 
 class BodyReader:
     """ASGI middleware: the body is read whole before the app runs, then handed on.
 
-    A body over ``max_bytes`` gets 413. Up to twice the limit it is read to its end
-    (and dropped) first, so that the client, still sending, gets to read the answer; a
-    declared ``Content-Length`` beyond that is refused before any of the body is read.
-    A body not complete ``timeout`` seconds after its headers came gets 408. Either
-    way the connection is closed.
+    A body over ``max_bytes`` gets 413. A declared ``Content-Length`` over the limit is
+    answered at once, before any of the body is read (as nginx does); what the client
+    still sends is then read and dropped for up to ``LINGER_SECONDS``, so that a client
+    still sending gets to read the answer instead of a reset connection. A chunked body
+    is read until it passes the limit, to its end (and dropped) up to twice the limit. A
+    body not complete ``timeout`` seconds after its headers came gets 408. Either way
+    the connection is closed.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout: float | None) -> None:
@@ -45,8 +50,10 @@ class BodyReader:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > 2 * self.max_bytes:
-            await self._too_large(send)
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(send, complete=False)
+            await self._drain(receive)
+            await send({"type": "http.response.body", "body": b""})
             return
         try:
             async with asyncio.timeout(self.timeout):
@@ -88,13 +95,26 @@ class BodyReader:
                     raise _TooLarge
                 return b"".join(chunks)
 
-    async def _too_large(self, send: Send) -> None:
+    async def _drain(self, receive: Receive) -> None:
+        """Read and drop the rest of a refused body, for a while at most."""
+        linger = min(LINGER_SECONDS, self.timeout or LINGER_SECONDS)
+        try:
+            async with asyncio.timeout(linger):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect" or not message.get("more_body"):
+                        return
+        except TimeoutError:
+            return
+
+    async def _too_large(self, send: Send, complete: bool = True) -> None:
         await send_error(
             send,
             413,
             f"request body is larger than the limit of {self.max_bytes} bytes",
             code="request_too_large",
             headers={"connection": "close"},
+            complete=complete,
         )
 
 
@@ -192,17 +212,26 @@ def body_facts(scope: Scope) -> BodyFacts:
     state = scope.setdefault("state", {})
     facts = state.get(_FACTS)
     if facts is None:
-        facts = state[_FACTS] = _facts(scope["path"], state.get(_BODY) or b"")
+        facts = state[_FACTS] = _facts(scope["path"], state.get(_BODY) or b"", state)
     return facts
 
 
-def _facts(path: str, body: bytes) -> BodyFacts:
-    if not body.lstrip().startswith(b"{"):
+def parsed_body(scope: Scope) -> Any:
+    """The body as :func:`body_facts` parsed it (a JSON object), else ``None``: the route
+    uses it rather than parsing the same bytes on the event loop again."""
+    return (scope.get("state") or {}).get(_PARSED)
+
+
+def _facts(path: str, body: bytes, state: dict[str, Any]) -> BodyFacts:
+    # A body the route refuses unparsed (far too many values) is not parsed here either:
+    # parsing 16 MiB of tiny values holds the event loop for most of a second.
+    if not body.lstrip().startswith(b"{") or too_many_values(body):
         return BodyFacts()
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
         return BodyFacts()
+    state[_PARSED] = data
     if not isinstance(data, dict):
         return BodyFacts()
     salt = data.get("cache_salt")

@@ -17,8 +17,13 @@ async def send_error(
     code: str | None = None,
     param: str | None = None,
     headers: dict[str, str] | None = None,
+    complete: bool = True,
 ) -> None:
-    """Write a complete JSON error response with ``status``."""
+    """Write a JSON error response with ``status``.
+
+    With ``complete=False`` every byte of it goes out but the response stays open (the
+    caller ends it with an empty ``http.response.body``), so the request can still be read.
+    """
     body = json.dumps(
         error_body(message, ERROR_TYPES.get(status, "invalid_request_error"), param, code)
     ).encode()
@@ -28,4 +33,4 @@ async def send_error(
     ]
     raw_headers += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": body, "more_body": not complete})

@@ -29,6 +29,7 @@ from mellea.serve.responses import (
     serve_arguments,
 )
 from mellea.serve.responses.reply import ResponsesReply
+from mellea.serve.responses.truncation import call_fitting
 from mellea.serve.runner import RequestRunner
 from mellea.serve.stream import named_events, stream_response
 
@@ -72,7 +73,13 @@ def add_responses_routes(
         owner = tenant_of(request.scope)
         tools = check_request(body)
         history = _history(store, body.previous_response_id, owner)
-        items = input_items(body.input or "")
+        # Looking referred items up scans the stored responses: off the loop.
+        refers = isinstance(body.input, list) and any(
+            item.get("type") == "item_reference" for item in body.input
+        )
+        items = await run_request_work(
+            request, refers, input_items, body.input or "", lambda ids: store.items(ids, owner)
+        )
         # A text.format schema takes a while to turn into a model, and a stored history
         # may be long whatever the body's size: both off the loop.
         spec = body.text.format if body.text else None
@@ -86,7 +93,9 @@ def add_responses_routes(
         sink = _Sink(store, record, running, state, owner)
         cancel = state.signal if record is not None else None  # unstored: 404 on cancel
         reply = ResponsesReply(body, response, sink, reply_parser(body), cancel)
-        calls = [app.state.program.call(args)]
+        program_call = app.state.program.call
+        fits = body.truncation == "auto"
+        calls = [call_fitting(program_call, args) if fits else program_call(args)]
         return await runner.run(calls, reply, request.is_disconnected, started)
 
     @app.get("/v1/responses/{response_id}", response_model=None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +93,8 @@ class LocalBackend(Backend):
         chunks = _chunks(stream, texts)
         functions = tool_functions(options.get(ModelOption.TOOLS))
         if forced_tools:
-            chunks = _tool_call_chunks(chunks, functions)
+            names = [t["function"]["name"] for t in forced_tools]
+            chunks = _tool_call_chunks(chunks, functions, names)
         elif tool_calls and tools and options.get(ModelOption.TOOL_CHOICE) != "none":
             parser = tool_parser_name(self.tool_call_parser)
             single = options.get("parallel_tool_calls") is False
@@ -200,7 +202,7 @@ def _grammar(
                 "type": "object",
                 "properties": {
                     "name": {"const": t["function"]["name"]},
-                    "arguments": t["function"].get("parameters") or {"type": "object"},
+                    "arguments": _parameters_schema(t["function"].get("parameters")),
                 },
                 "required": ["name", "arguments"],
                 "additionalProperties": False,
@@ -220,10 +222,26 @@ def _grammar(
     return None
 
 
+# A function sent without ``parameters`` takes no arguments (the OpenAI reference), so a
+# forced call of it is exactly ``{}``; an empty schema ``{}`` is read the same way.
+_NO_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": False}
+# The start of a forced call's JSON as the grammar writes it: its name, then its arguments.
+_CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)("\s*,\s*"arguments"\s*:\s*)?')
+
+
+def _parameters_schema(parameters: Any) -> dict[str, Any]:
+    """The schema a forced call's ``arguments`` must match."""
+    return parameters if parameters else _NO_ARGUMENTS
+
+
 async def _tool_call_chunks(
-    chunks: AsyncIterator[GenerationChunk], functions: dict[str, Any]
+    chunks: AsyncIterator[GenerationChunk], functions: dict[str, Any], names: list[str]
 ) -> AsyncIterator[GenerationChunk]:
-    """A constrained tool call: the JSON text becomes a ``ModelToolCall``, not content."""
+    """A constrained tool call: the JSON text becomes a ``ModelToolCall``, not content.
+
+    A call cut short by ``max_tokens`` is still a call of one of ``names`` (the forced
+    tools), with its arguments as far as they got, never the wrapper JSON as text.
+    """
     import json
 
     from mellea.core.tool_call import ModelToolCall
@@ -237,17 +255,29 @@ async def _tool_call_chunks(
         call = json.loads(text)
         name = call["name"]
         tool_calls = [ModelToolCall(name, functions.get(name), call.get("arguments") or {})]
-    except (ValueError, KeyError, TypeError):  # cut short by max_tokens: keep the text
-        yield GenerationChunk(
-            text=text, finish_reason=last.finish_reason, usage=last.usage, logprobs=logprobs or None
-        )
-        return
+    except (ValueError, KeyError, TypeError):  # cut short by max_tokens
+        name, arguments = _partial_call(text, names)
+        tool_calls = [ModelToolCall(name, functions.get(name), partial_arguments=arguments)]
     yield GenerationChunk(
         finish_reason=last.finish_reason,
         usage=last.usage,
         tool_calls=tool_calls,
         logprobs=logprobs or None,
     )
+
+
+def _partial_call(text: str, names: list[str]) -> tuple[str, str]:
+    """The tool name and the arguments' text of a forced call's unfinished JSON ``text``.
+
+    The name is the forced tool the written part of the name starts (the grammar allows
+    only those); the arguments are what followed ``"arguments":``, if anything did.
+    """
+    head = _CALL_HEAD.match(text)
+    written = head.group(1) if head else ""
+    name = next((n for n in names if n.startswith(written)), names[0])
+    if head is None or head.group(2) is None:
+        return name, ""
+    return name, text[head.end() :]
 
 
 def sampling_params(options: dict[str, Any]) -> Any:

@@ -11,12 +11,18 @@ from typing import Any
 
 @dataclass
 class ModelToolCall:
-    """A call of tool ``name`` with ``args``; ``func`` is the Python callable when known."""
+    """A call of tool ``name`` with ``args``; ``func`` is the Python callable when known.
+
+    ``partial_arguments`` holds the arguments' JSON text as far as the model wrote it
+    when generation stopped (``max_tokens``) before the call was complete; ``args`` is
+    then empty.
+    """
 
     name: str
     func: Callable[..., Any] | None = None
     args: dict[str, Any] = field(default_factory=dict)
     id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+    partial_arguments: str | None = None
 
     def call_func(self) -> Any:
         """Run the tool with the model's arguments."""
@@ -31,7 +37,10 @@ class ModelToolCall:
 
     @property
     def arguments_json(self) -> str:
-        """The arguments as the JSON string the OpenAI wire format carries."""
+        """The arguments as the JSON string the OpenAI wire format carries (for a call cut
+        short, the text the model wrote)."""
+        if self.partial_arguments is not None:
+            return self.partial_arguments
         return json.dumps(self.args, ensure_ascii=False)
 
 

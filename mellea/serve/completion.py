@@ -134,12 +134,14 @@ def tool_calls_of(thunk: ModelOutputThunk) -> list[ResponseToolCall] | None:
     ]
 
 
-def finish_reason_of(thunk: ModelOutputThunk) -> FinishReason:
-    """``tool_calls`` when the reply calls tools, ``length`` when cut short, else ``stop``."""
-    if thunk.tool_calls:
-        return "tool_calls"
+def finish_reason_of(thunk: ModelOutputThunk, calls: bool = False) -> FinishReason:
+    """``length`` when cut short (also in the middle of a tool call, as OpenAI has it),
+    ``tool_calls`` when the reply calls tools (``calls``: the text held some), else
+    ``stop``."""
     if thunk.finish_reason in ("length", "content_filter"):
         return thunk.finish_reason  # type: ignore[return-value]
+    if calls or thunk.tool_calls:
+        return "tool_calls"
     return "stop"
 
 
@@ -152,6 +154,7 @@ async def chat_completion(
     model: str,
     logprobs: bool = False,
     traces: list[ProgramTrace] | None = None,
+    functions: bool = False,
 ) -> ChatCompletion:
     """Await every choice's whole reply and build the non-streamed completion.
 
@@ -159,12 +162,15 @@ async def chat_completion(
     into ``reasoning_content`` and ``tool_calls``. With ``logprobs``, each choice
     carries what its backend reported (``null`` when it reported none). With the
     program ``traces`` (one per choice), each choice carries its program's report and
-    usage counts every model call of its program.
+    usage counts every model call of its program. With ``functions`` (the request used
+    the deprecated ``functions``), a call is the message's ``function_call``.
     """
     choices, usages, calls = [], [], []
     for index, (thunk, parser) in enumerate(zip(thunks, parsers, strict=True)):
         trace = traces[index] if traces else None
         choice, usage = await _choice(index, thunk, parser, logprobs)
+        if functions:
+            as_function_call(choice, thunk)
         choice.mellea = program_report(trace, thunk)
         choices.append(choice)
         usages.append(usage)
@@ -202,6 +208,21 @@ async def _choice(
         index=index,
         message=message,
         logprobs=chat_logprobs(thunk.logprobs) if logprobs and thunk.logprobs else None,
-        finish_reason="tool_calls" if calls else finish_reason_of(thunk),
+        finish_reason=finish_reason_of(thunk, bool(calls)),
     )
     return choice, usage_of(thunk, reasoning)
+
+
+def as_function_call(choice: Choice, thunk: ModelOutputThunk) -> None:
+    """A choice's first tool call as the deprecated ``function_call`` (and its finish)."""
+    calls = choice.message.tool_calls
+    if not calls:
+        return
+    choice.message.function_call = calls[0].function
+    choice.message.tool_calls = None
+    choice.finish_reason = legacy_finish(finish_reason_of(thunk, True))
+
+
+def legacy_finish(reason: FinishReason) -> FinishReason:
+    """The finish reason of a reply to a ``functions`` request."""
+    return "function_call" if reason == "tool_calls" else reason

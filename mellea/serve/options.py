@@ -16,7 +16,7 @@ from mellea.serve.bounds import (
     check_tool_count,
 )
 from mellea.serve.errors import OpenAIError
-from mellea.serve.protocol import ChatCompletionRequest
+from mellea.serve.protocol import AllowedToolsChoice, ChatCompletionRequest, NamedToolChoice
 from mellea.serve.schema import UnsupportedSchemaError, model_from_schema
 
 log = logging.getLogger("mellea.serve")
@@ -35,6 +35,7 @@ _DIRECT = {
     "parallel_tool_calls": "parallel_tool_calls",
     "ignore_eos": "ignore_eos",
     "chat_template_kwargs": "chat_template_kwargs",
+    "reasoning_effort": "reasoning_effort",
 }
 
 
@@ -64,10 +65,15 @@ def serve_arguments(request: ChatCompletionRequest) -> ServeArguments:
     if request.logprobs:
         options[LOGPROBS] = True
         options[TOP_LOGPROBS] = request.top_logprobs or 0
-    if request.tools:
-        options[ModelOption.TOOLS] = [tool.model_dump(exclude_none=True) for tool in request.tools]
-    if request.tool_choice is not None:
-        choice = request.tool_choice
+    choice = request.tool_choice
+    allowed = None
+    if isinstance(choice, AllowedToolsChoice):
+        allowed = {entry.function.name for entry in choice.allowed_tools.tools}
+        choice = choice.allowed_tools.mode
+    offered = [t for t in request.tools or [] if allowed is None or t.function.name in allowed]
+    if offered:
+        options[ModelOption.TOOLS] = [tool.model_dump(exclude_none=True) for tool in offered]
+    if choice is not None:
         options[ModelOption.TOOL_CHOICE] = (
             choice if isinstance(choice, str) else choice.model_dump()
         )
@@ -157,14 +163,22 @@ def reject_unsupported(request: ChatCompletionRequest) -> None:
     if spec is not None and spec.schema_ is not None:
         check_schema(spec.schema_, "response_format")
     choice = request.tool_choice
-    if choice is not None and not isinstance(choice, str):
-        names = {tool.function.name for tool in request.tools or []}
-        if choice.function.name not in names:
-            raise OpenAIError(
-                400,
-                f"tool_choice names {choice.function.name!r}, which is not in tools",
-                param="tool_choice",
-            )
+    names = {tool.function.name for tool in request.tools or []}
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+        raise OpenAIError(
+            400,
+            f"tool_choice names {choice.function.name!r}, which is not in tools",
+            param="tool_choice",
+        )
+    if isinstance(choice, AllowedToolsChoice):
+        for i, entry in enumerate(choice.allowed_tools.tools):
+            if entry.function.name not in names:
+                raise OpenAIError(
+                    400,
+                    f"tool_choice.allowed_tools.tools[{i}] names {entry.function.name!r}, "
+                    "which is not in tools",
+                    param=f"tool_choice.allowed_tools.tools[{i}].function.name",
+                )
     if request.top_logprobs is not None and not request.logprobs:
         raise OpenAIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     if choice in ("required",) and not request.tools:

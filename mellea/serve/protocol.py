@@ -13,7 +13,7 @@ from pydantic import (
     model_validator,
 )
 
-from mellea.serve.bounds import MAX_CHOICES, MAX_TOP_LOGPROBS, check_body
+from mellea.serve.bounds import MAX_CHOICES, MAX_TOP_LOGPROBS, body_error, check_body
 from mellea.serve.messages import ChatMessage
 
 MAX_INT32 = 2**31 - 1  # bound for counts, so absurd numbers are a 400, not an overflow
@@ -81,6 +81,21 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
+class AllowedTools(BaseModel):
+    """The ``allowed_tools`` member of an ``allowed_tools`` tool choice."""
+
+    mode: Literal["auto", "required"]
+    tools: list[NamedToolChoice] = Field(min_length=1)
+
+
+class AllowedToolsChoice(BaseModel):
+    """``{"type": "allowed_tools", "allowed_tools": {"mode", "tools": [...]}}``: the model
+    may call only the listed tools (the program is offered only those), under ``mode``."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
 class ChatCompletionRequest(BaseModel):
     """A ``POST /v1/chat/completions`` body. Unknown fields are accepted and ignored."""
 
@@ -108,7 +123,9 @@ class ChatCompletionRequest(BaseModel):
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: (
+        Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice | None
+    ) = None
     parallel_tool_calls: bool | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
@@ -122,8 +139,41 @@ class ChatCompletionRequest(BaseModel):
     ignore_eos: bool | None = None  # keep generating past end-of-sequence (benchmarks)
     # Variables for the model's chat template, e.g. {"enable_thinking": false} (Qwen3).
     chat_template_kwargs: dict[str, Any] | None = None
+    # How hard a reasoning model should think; reaches the program as ``reasoning_effort``.
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     # The mellea extension: requirements the program should check its output against.
     requirements: list[str] | None = None
+    # The deprecated forms of ``tools`` and ``tool_choice``: they become those (see
+    # ``legacy_functions``), and the reply calls the function as they do.
+    functions: list[FunctionDefinition] | None = None
+    function_call: Literal["none", "auto"] | NamedFunction | None = None
+
+    @model_validator(mode="after")
+    def legacy_functions(self) -> ChatCompletionRequest:
+        """``functions`` / ``function_call`` as ``tools`` / ``tool_choice`` (one call at most)."""
+        if self.functions is None:
+            if self.function_call is not None:
+                raise body_error("function_call needs functions", ("function_call",))
+            return self
+        if self.tools is not None or self.tool_choice is not None:
+            raise body_error(
+                "send tools and tool_choice, or the older functions and function_call, not both",
+                ("functions",),
+            )
+        self.tools = [Tool(type="function", function=f) for f in self.functions]
+        call = self.function_call
+        if isinstance(call, NamedFunction):
+            self.tool_choice = NamedToolChoice(type="function", function=call)
+        else:
+            self.tool_choice = call
+        self.parallel_tool_calls = False
+        return self
+
+    @property
+    def uses_functions(self) -> bool:
+        """Whether the request came in the deprecated ``functions`` form (and so is answered
+        with ``function_call``, not ``tool_calls``)."""
+        return self.functions is not None
 
 
 # -- response --------------------------------------------------------------------
@@ -196,6 +246,7 @@ class AssistantMessage(WireModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     tool_calls: list[ResponseToolCall] | None = None
+    function_call: ResponseFunctionCall | None = None  # the deprecated ``functions`` form
     reasoning_content: str | None = None
 
 
@@ -272,6 +323,7 @@ class Delta(WireModel):
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[ChunkToolCall] | None = None
+    function_call: ChunkToolCallFunction | None = None  # the deprecated ``functions`` form
 
 
 class ChunkChoice(WireModel):
@@ -295,6 +347,13 @@ class ChatCompletionChunk(WireModel):
     usage: Usage | None = None
     system_fingerprint: str | None = None
     mellea: dict[str, Any] | None = None  # a program event (only with include_program_events)
+
+
+class ChatCompletionChunkWithUsage(ChatCompletionChunk):
+    """A stream chunk when the client asked for usage: ``"usage": null`` on every chunk
+    but the last, which carries the counts (as the OpenAI reference has it)."""
+
+    keep_none = frozenset({"usage"})
 
 
 class ModelCard(WireModel):

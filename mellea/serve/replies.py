@@ -39,6 +39,7 @@ class ChatReply(Reply[ChatCompletion]):
         self.live = wants_events(body)
         self.include_usage = wants_usage(body)
         self.logprobs = bool(body.logprobs)
+        self.functions = body.uses_functions
         self.parsers = parsers
         self.model = model
         self.id, self.created = new_completion_id(), int(time.time())
@@ -54,6 +55,7 @@ class ChatReply(Reply[ChatCompletion]):
                 model=self.model,
                 logprobs=self.logprobs,
                 traces=choices.traces,
+                functions=self.functions,
             )
         )
         if choices.observer is not None:
@@ -73,6 +75,7 @@ class ChatReply(Reply[ChatCompletion]):
             deadline=choices.deadline,
             observer=choices.observer,
             traces=choices.traces,
+            functions=self.functions,
         )
 
 

@@ -45,12 +45,19 @@ def model_from_schema(schema: dict[str, Any], name: str = "Output") -> type[Base
 
 
 class _Converter:
-    """Builds annotations for one schema, within a budget of ``$ref`` expansions."""
+    """Builds annotations for one schema, each ``$defs`` entry once.
+
+    A definition is turned into its annotation the first time a ``$ref`` names it and
+    reused after, so the work is linear in the schema's size: a small schema whose
+    references fan out (each definition naming the next one twice) would otherwise
+    expand exponentially.
+    """
 
     def __init__(self, defs: dict[str, Any]) -> None:
         self.defs = defs
-        self.budget = MAX_SCHEMA_VALUES  # annotations built, so $ref fan-out stays bounded
+        self.budget = MAX_SCHEMA_VALUES  # annotations built: a bound on the work, as a backstop
         self.refs: list[str] = []  # the $refs being expanded, to refuse a recursive one
+        self.resolved: dict[str, Any] = {}  # $ref -> its annotation, built once
 
     def object_model(self, schema: dict[str, Any], name: str) -> type[BaseModel]:
         properties = schema.get("properties", {})
@@ -109,13 +116,17 @@ class _Converter:
         if not isinstance(ref, str) or not ref.startswith("#/$defs/") or ref[8:] not in self.defs:
             shown = ref[:64] if isinstance(ref, str) else type(ref).__name__
             raise UnsupportedSchemaError(f"unsupported $ref {shown!r}; use '#/$defs/<name>'")
+        if ref in self.resolved:
+            return self.resolved[ref]
         if ref in self.refs:
             raise UnsupportedSchemaError(f"recursive $ref {ref[:64]!r} is not supported")
         self.refs.append(ref)
         try:
-            return self.annotation(self.defs[ref[8:]], _identifier(ref[8:]))
+            annotation = self.annotation(self.defs[ref[8:]], _identifier(ref[8:]))
         finally:
             self.refs.pop()
+        self.resolved[ref] = annotation
+        return annotation
 
 
 def _scalars(values: Any, keyword: str) -> list[Any]:

@@ -18,12 +18,19 @@ from typing import Any, Protocol, TypeVar
 from mellea.core.parsers import ReplyDelta, ReplyParser
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
-from mellea.serve.completion import finish_reason_of, tool_calls_of, total_usage, usage_of
+from mellea.serve.completion import (
+    finish_reason_of,
+    legacy_finish,
+    tool_calls_of,
+    total_usage,
+    usage_of,
+)
 from mellea.serve.errors import StreamTimeoutError, as_openai_error
 from mellea.serve.logprobs import chat_logprobs, completion_logprobs
 from mellea.serve.program_report import event_object, other_calls, program_report, with_calls
 from mellea.serve.protocol import (
     ChatCompletionChunk,
+    ChatCompletionChunkWithUsage,
     ChunkChoice,
     ChunkToolCall,
     ChunkToolCallFunction,
@@ -177,6 +184,7 @@ def chat_completion_events(
     deadline: float | None = None,
     observer: StreamObserver | None = None,
     traces: list[ProgramTrace] | None = None,
+    functions: bool = False,
 ) -> AsyncIterator[dict[str, str] | list[dict[str, str]]]:
     """SSE events (``{"data": ...}`` dicts, the last ones in a :class:`Closing` list
     that ends the body) for one streamed chat completion.
@@ -202,7 +210,8 @@ def chat_completion_events(
         choice: ChunkChoice | ProgramEvent | None, usage: Usage | None = None
     ) -> dict[str, str]:
         event = choice if isinstance(choice, dict) else None
-        body = ChatCompletionChunk(
+        chunk = ChatCompletionChunkWithUsage if include_usage else ChatCompletionChunk
+        body = chunk(
             id=completion_id,
             created=created,
             model=model,
@@ -219,6 +228,7 @@ def chat_completion_events(
             tally,
             logprobs=logprobs,
             observer=observer,
+            functions=functions,
         )
         for index, (source, parser) in enumerate(zip(sources, parsers, strict=True))
     ]
@@ -237,10 +247,12 @@ async def _chat_choice_chunks(
     *,
     logprobs: bool,
     observer: StreamObserver | None,
+    functions: bool = False,
 ) -> AsyncIterator[ChunkChoice | ProgramEvent]:
     """One choice's stream chunks: role, deltas, tool calls, finish; its usage into ``tally``.
 
-    A live program's events come first, as the program runs.
+    A live program's events come first, as the program runs. With ``functions`` (the
+    deprecated form) the first call goes out as ``function_call`` deltas, and no other.
     """
     index = reader.index
     calls_sent = 0
@@ -260,6 +272,12 @@ async def _chat_choice_chunks(
 
     def call_chunks(call_id: str | None, name: str, arguments: str) -> Iterator[ChunkChoice]:
         nonlocal calls_sent
+        if functions:
+            if not calls_sent:
+                yield choice(Delta(function_call=ChunkToolCallFunction(name=name, arguments="")))
+                yield choice(Delta(function_call=ChunkToolCallFunction(arguments=arguments)))
+            calls_sent += 1
+            return
         opening = ChunkToolCall(
             index=calls_sent,
             id=call_id,
@@ -301,7 +319,8 @@ async def _chat_choice_chunks(
                 yield item
         if reader.live:
             yield reader.program_done()
-        yield choice(Delta(), finish="tool_calls" if calls_sent else finish_reason_of(thunk))
+        finish = finish_reason_of(thunk, calls_sent > 0)
+        yield choice(Delta(), finish=legacy_finish(finish) if functions else finish)
         tally.add(reader, usage_of(thunk, "".join(reasoning)))
     finally:
         await reader.close()
@@ -441,18 +460,19 @@ def text_completion_events(
     ``n`` times in a row); the choices run concurrently and their chunks interleave,
     each with its ``index``. Program ``traces`` work as for chat completions.
     """
-    from mellea.serve.text_completion import Completion, CompletionChoice
+    from mellea.serve.text_completion import Completion, CompletionChoice, CompletionWithUsage
 
     tally = Tally(len(sources), n, observer)
+    chunk = CompletionWithUsage if include_usage else Completion
 
     def frame(choices: list[CompletionChoice], usage: Usage | None = None) -> dict[str, str]:
-        body = Completion(id=completion_id, created=created, model=model, choices=choices)
+        body = chunk(id=completion_id, created=created, model=model, choices=choices)
         body.usage = usage
         return {"data": body.model_dump_json()}
 
     def item_frame(item: CompletionChoice | ProgramEvent) -> dict[str, str]:
         if isinstance(item, dict):
-            body = Completion(id=completion_id, created=created, model=model, choices=[])
+            body = chunk(id=completion_id, created=created, model=model, choices=[])
             body.mellea = item
             return {"data": body.model_dump_json()}
         return frame([item])
@@ -497,6 +517,6 @@ def text_completion_events(
 
     def ending() -> list[dict[str, str]]:
         usage = tally.total()
-        return [frame([], usage=usage)] if include_usage else []
+        return [frame([], usage=usage or Usage())] if include_usage else []
 
     return _framed(streams, item_frame, ending, completion_id)

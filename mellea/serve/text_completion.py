@@ -110,6 +110,12 @@ class Completion(WireModel):
     mellea: dict[str, Any] | None = None  # a program event in a stream chunk
 
 
+class CompletionWithUsage(Completion):
+    """A stream chunk when the client asked for usage: ``"usage": null`` until the last."""
+
+    keep_none = frozenset({"usage"})
+
+
 async def text_completion(
     thunks: list[ModelOutputThunk],
     prompts: list[str],

@@ -108,7 +108,10 @@ def test_overload_mix_of_200_and_429():
     statuses = sorted(status for status, _, _ in results)
     assert statuses == [200] * 4 + [429] * 16
     rejected = [r for r in results if r[0] == 429]
-    assert all(elapsed < 1.0 for _, elapsed, _ in rejected)
+    served = [r for r in results if r[0] == 200]
+    # Refused at once: each 429 came back before any served request (1.5 s of program
+    # each) was done, whatever the machine's load.
+    assert max(elapsed for _, elapsed, _ in rejected) < min(elapsed for _, elapsed, _ in served)
     assert all(retry == "1" for _, _, retry in rejected)
 
 
@@ -120,7 +123,7 @@ def test_request_timeout(tmp_path: Path):
         response = httpx.post(server.base_url + CHAT, json=user("slow"), timeout=30)
         assert response.status_code == 504
         assert response.json()["error"]["code"] == "timeout"
-        assert time.monotonic() - started < 4
+        assert time.monotonic() - started < 5  # before the program's 5 s were over
         marker = tmp_path / "closed"
         body = {**user(f"endless:{marker}"), "stream": True}
         with httpx.stream("POST", server.base_url + CHAT, json=body, timeout=30) as streamed:

@@ -31,10 +31,13 @@ pytestmark = pytest.mark.e2e
 KEY_A, KEY_B = "sk-tenant-a", "sk-tenant-b"
 BODY_TIMEOUT = 2.0
 MAX_BODY = 1024 * 1024
-HEALTH_BUDGET = 0.1  # seconds, for nine probes in ten
-# No probe may wait this long: the stalls this suite guards against (a client's body
-# parsed or tokenized on the event loop) held every other client for seconds, while a
-# busy 2-core machine alone delays single probes by a few hundred milliseconds.
+# /health latencies are judged by what the hostile server adds over an idle twin
+# probed right after it (the control): a busy machine slows both alike, so its load
+# cancels out, and what is left is the server's own stall.
+HEALTH_BUDGET = 0.1  # seconds over the control, for nine probes in ten
+# No probe may lag the control by this much: the stalls this suite guards against (a
+# client's body parsed or tokenized on the event loop) held every other client for
+# seconds.
 STALL_BUDGET = 1.0
 CHAT = "/v1/chat/completions"
 
@@ -45,6 +48,7 @@ class Figures:
     def __init__(self) -> None:
         self.statuses: list[int] = []
         self.health: list[float] = []
+        self.control: list[float] = []  # the idle twin's latency, probed right after each
         self.cases = 0
         self.rss_before = self.rss_after = 0  # bytes, around the second burst
 
@@ -60,18 +64,23 @@ FIGURES = Figures()
 # machine is not this server's latency) it sends no probes.
 WATCHER = """
 import http.client, os, sys, time
-port, out, pause = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+port, control, out, pause = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=5) for p in (port, control)]
+
+def probe(conn):
+    started = time.perf_counter()
+    conn.request("GET", "/health")
+    response = conn.getresponse()
+    response.read()
+    return time.perf_counter() - started, response.status
+
 with open(out, "a", buffering=1) as figures:
     while True:
         if os.path.exists(pause):
             time.sleep(0.05)
             continue
-        started = time.perf_counter()
-        conn.request("GET", "/health")
-        response = conn.getresponse()
-        response.read()
-        figures.write(f"{time.perf_counter() - started} {response.status}\\n")
+        (latency, status), (control_latency, _) = probe(conns[0]), probe(conns[1])
+        figures.write(f"{latency} {status} {control_latency}\\n")
         time.sleep(0.05)
 """
 WATCH_DIR = Path(tempfile.mkdtemp(prefix="health-watch-"))
@@ -90,11 +99,14 @@ def own_server() -> Iterator[None]:
 
 
 def read_health() -> None:
-    """Take the watcher's probes into FIGURES: latencies, and their statuses."""
+    """Take the watcher's probes into FIGURES: latencies (the server's and the control's),
+    and their statuses."""
     FIGURES.health.clear()
+    FIGURES.control.clear()
     for line in HEALTH_LOG.read_text().splitlines():
-        latency, status = line.split()
+        latency, status, control = line.split()
         FIGURES.health.append(float(latency))
+        FIGURES.control.append(float(control))
         FIGURES.statuses.append(int(status))
 
 
@@ -108,24 +120,35 @@ def chat(text: str, **extra: object) -> dict:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    with serve(
-        PROGRAMS / "echo.py",
-        "--api-key",
-        KEY_A,
-        "--api-key",
-        KEY_B,
-        "--max-concurrent-requests",
-        "2",
-        "--max-queued-requests",
-        "2",
-        "--body-timeout",
-        str(BODY_TIMEOUT),
-        "--max-request-bytes",
-        str(MAX_BODY),
-        env={"ECHO_DELAY": "0.05"},
-    ) as running:
+    with (
+        serve(
+            PROGRAMS / "echo.py",
+            "--api-key",
+            KEY_A,
+            "--api-key",
+            KEY_B,
+            "--max-concurrent-requests",
+            "2",
+            "--max-queued-requests",
+            "2",
+            "--body-timeout",
+            str(BODY_TIMEOUT),
+            "--max-request-bytes",
+            str(MAX_BODY),
+            env={"ECHO_DELAY": "0.05"},
+        ) as running,
+        serve(PROGRAMS / "echo.py") as control,
+    ):
         watcher = subprocess.Popen(
-            [sys.executable, "-c", WATCHER, str(running.port), str(HEALTH_LOG), str(PAUSE)]
+            [
+                sys.executable,
+                "-c",
+                WATCHER,
+                str(running.port),
+                str(control.port),
+                str(HEALTH_LOG),
+                str(PAUSE),
+            ]
         )
         try:
             yield running
@@ -162,6 +185,17 @@ def _slow_upload(server: Server, chunked: bool) -> socket.socket:
     return sock
 
 
+def _answered(sock: socket.socket) -> bool:
+    """Whether the server has written anything to ``sock`` yet (read nothing of it)."""
+    sock.setblocking(False)
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except BlockingIOError:
+        return False
+    finally:
+        sock.setblocking(True)
+
+
 def _status_line(sock: socket.socket, timeout: float) -> tuple[int, bytes]:
     sock.settimeout(timeout)
     data = b""
@@ -183,11 +217,12 @@ def test_slow_uploads_do_not_take_slots(server: Server, http: httpx.Client):
     stalled = [_slow_upload(server, chunked=i % 2 == 1) for i in range(4)]
     try:
         time.sleep(0.3)
-        started = time.monotonic()
         for _ in range(3):
             response = FIGURES.record(http.post(CHAT, json=chat("still served")))
             assert response.status_code == 200, response.text
-        assert time.monotonic() - started < BODY_TIMEOUT
+        # Served while the uploads still stall: none has had its 408 yet (had these
+        # waited for the uploads' slots, the 408s would have come first).
+        assert not any(_answered(sock) for sock in stalled)
         for sock in stalled:
             status, data = _status_line(sock, BODY_TIMEOUT + 3)
             FIGURES.statuses.append(status)
@@ -199,6 +234,7 @@ def test_slow_uploads_do_not_take_slots(server: Server, http: httpx.Client):
             sock.close()
 
 
+LONG_SECONDS = 20.0  # how long the server takes to echo LONG
 LONG = " ".join(f"w{i}" for i in range(400))  # 20 s of echo at 50 ms a word
 
 
@@ -220,11 +256,12 @@ def test_leaving_a_non_streamed_response_frees_its_slot(server: Server, http: ht
     for _ in range(2):
         with pytest.raises(httpx.ReadTimeout):
             http.post("/v1/responses", json={"input": LONG}, timeout=0.5)
-    started = time.monotonic()
+    # Judged against the abandoned work's own length: the slots come back in a small
+    # part of the 20 s it would take, whatever the machine's load.
+    _wait_idle(http, timeout=LONG_SECONDS / 4)
     response = FIGURES.record(http.post("/v1/responses", json={"input": "next please"}))
     assert response.status_code == 200, response.text
     assert response.json()["output"][0]["content"][0]["text"] == "next please"
-    assert time.monotonic() - started < 3.0  # not the 20 s the abandoned ones would take
     _wait_idle(http)
 
 
@@ -271,11 +308,12 @@ def test_cancel_and_read_at_capacity(server: Server, http: httpx.Client):
             response_id = stream.id
             read = FIGURES.record(http.get(f"/v1/responses/{response_id}"))
             assert read.status_code == 200 and read.json()["status"] == "in_progress"
-            started = time.monotonic()
             cancelled = FIGURES.record(http.post(f"/v1/responses/{response_id}/cancel"))
             assert cancelled.status_code == 200, cancelled.text
             assert cancelled.json()["status"] == "cancelled"
-            assert time.monotonic() - started < 2.0
+            # The run stopped when told to (the server logs one that did not, after
+            # waiting for it), not when its echo ran out.
+            assert "did not stop within" not in server.log
         for waiter in waiters:
             waiter.join(timeout=10)
         assert [r.status_code for r in queued] == [200, 200]
@@ -515,15 +553,19 @@ def test_figures(server: Server):
     time.sleep(0.2)
     read_health()
     fives = [s for s in FIGURES.statuses if s >= 500]
-    worst = max(FIGURES.health)
-    p90 = statistics.quantiles(FIGURES.health, n=10)[-1]
+    # What the server added over the idle control probed right after it.
+    excess = [max(0.0, a - b) for a, b in zip(FIGURES.health, FIGURES.control, strict=True)]
+    worst = max(excess)
+    p90 = statistics.quantiles(excess, n=10)[-1]
+    control_p90 = statistics.quantiles(FIGURES.control, n=10)[-1]
     print(
         f"\nhostile-server figures: {FIGURES.cases} cases, {len(FIGURES.statuses)} requests, "
-        f"{len(fives)} 5xx, /health p90 {p90 * 1000:.1f} ms, worst {worst * 1000:.1f} ms over {len(FIGURES.health)} "
-        f"probes, RSS {FIGURES.rss_before / 2**20:.1f} MiB before and "
+        f"{len(fives)} 5xx, /health over the control: p90 {p90 * 1000:.1f} ms, worst "
+        f"{worst * 1000:.1f} ms over {len(excess)} probes (the control's p90 "
+        f"{control_p90 * 1000:.1f} ms), RSS {FIGURES.rss_before / 2**20:.1f} MiB before and "
         f"{FIGURES.rss_after / 2**20:.1f} MiB after the burst"
     )
     assert not fives
-    assert len(FIGURES.health) > 10
-    assert p90 < HEALTH_BUDGET, f"/health p90 took {p90 * 1000:.0f} ms"
-    assert worst < STALL_BUDGET, f"/health took {worst * 1000:.0f} ms"
+    assert len(excess) > 10
+    assert p90 < HEALTH_BUDGET, f"/health p90 lagged the control by {p90 * 1000:.0f} ms"
+    assert worst < STALL_BUDGET, f"/health lagged the control by {worst * 1000:.0f} ms"

@@ -537,21 +537,48 @@ async def _worst_gap(work: Any) -> tuple[float, Any]:
     return max(gaps), result
 
 
+# Loop stalls are judged against a baseline taken in the same test (the same work the
+# server must not do on the loop, timed here), never against absolute seconds: a busy
+# machine slows the baseline and the stall alike. Each is the shortest of two runs, so
+# one preemption of this process does not decide the test.
+
+
+def _baseline(work: Any) -> float:
+    """The shortest of two timings of ``work()``, run right here on the test's thread."""
+    timings = []
+    for _ in range(2):
+        started = time.perf_counter()
+        work()
+        timings.append(time.perf_counter() - started)
+    return min(timings)
+
+
+async def _least_gap(make_work: Any) -> tuple[float, Any]:
+    """The smaller worst gap of two runs of ``make_work()`` (each a fresh awaitable)."""
+    first_gap, result = await _worst_gap(make_work())
+    second_gap, result = await _worst_gap(make_work())
+    return min(first_gap, second_gap), result
+
+
 async def test_a_body_of_many_invalid_items_does_not_freeze_the_loop(client):
     body = json.dumps({"messages": [{"role": "nobody"}] * 300_000}).encode()
-    gap, response = await _worst_gap(post(client, CHAT, body))
+    parse = _baseline(lambda: json.loads(body))
+    gap, response = await _least_gap(lambda: post(client, CHAT, body))
     assert response.status_code == 400
-    # Building 300,000 validation errors froze the loop for 2 to 5 s; the bound keeps
-    # the work to one JSON parse and a short walk.
-    assert gap < 1.0, f"the loop froze for {gap:.2f} s"
+    # Building 300,000 validation errors froze the loop for 15 to 30 times the parse
+    # (2 to 5 s); the bound keeps the work to one JSON parse and a short walk.
+    assert gap < 5 * parse, f"the loop froze for {gap:.2f} s; parsing the body takes {parse:.2f} s"
 
 
 async def test_a_large_body_of_tiny_values_is_refused_before_it_is_parsed(client):
     body = b'{"messages": [' + b"0," * (8 * 1024 * 1024 - 20) + b"0]}"  # 16 MiB
-    gap, response = await _worst_gap(post(client, CHAT, body))
+    parse = _baseline(lambda: json.loads(body))
+    gap, response = await _least_gap(lambda: post(client, CHAT, body))
     error = assert_our_error(response, None)  # the pre-scan's error: no parse, no field
     assert "more than" in error["message"]
-    assert gap < 1.0, f"the loop froze for {gap:.2f} s"  # parsing it took 0.4-0.8 s here
+    # Parsing it on the loop stalled it for the whole parse; the pre-scan costs a few
+    # percent of that.
+    assert gap < parse / 2, f"the loop froze for {gap:.2f} s; parsing the body takes {parse:.2f} s"
 
 
 # -- the real engine: one request's bad values fail that request alone ------------------------
@@ -737,19 +764,21 @@ async def test_sweep_sampling_values_on_the_engine_never_get_a_5xx(engine_app, o
         assert assert_our_error(response)["param"] in options, (options, response.text[:300])
 
 
-async def test_a_long_prompt_is_tokenized_off_the_event_loop(engine_app):
+async def test_a_long_prompt_is_tokenized_off_the_event_loop(engine_app, tiny_engine):
     """Rendering and tokenizing a ~1 MB prompt happens in a worker thread: the loop keeps
     ticking, and the prompt is refused for its length with a 400."""
+    text = "hello world, this is a long prompt. " * 60_000
+    messages = [{"role": "user", "content": text}]
+    # What the loop would lose if the server tokenized on it (~1 s here, 3 s with a
+    # larger model), timed in this test so a busy machine slows both alike.
+    tokenize = _baseline(lambda: tiny_engine.apply_chat_template(messages))
     transport = httpx.ASGITransport(app=engine_app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as c:
-        text = "hello world, this is a long prompt. " * 60_000
-        body = {"messages": [{"role": "user", "content": text}], "max_tokens": 1}
-        gap, response = await _worst_gap(post(c, CHAT, body))
+        body = {"messages": messages, "max_tokens": 1}
+        gap, response = await _least_gap(lambda: post(c, CHAT, body))
     error = assert_our_error(response, "messages")
     assert error["code"] == "context_length_exceeded"
-    assert gap < 0.5, (
-        f"the loop froze for {gap:.2f} s"
-    )  # on the loop it was ~1 s here, 3 s with a larger model
+    assert gap < tokenize / 2, f"the loop froze for {gap:.2f} s; tokenizing takes {tokenize:.2f} s"
 
 
 async def test_schema_and_prompt_work_runs_off_the_event_loop(engine_app, tiny_engine, monkeypatch):
@@ -818,3 +847,26 @@ def test_bounds_over_a_socket(server):
     )
     assert assert_our_error(response, "logit_bias")
     assert "Traceback" not in server.log
+
+
+async def test_truncation_auto_fits_a_long_conversation_to_the_engine_context(engine_app):
+    """A conversation longer than the engine's context (4096 positions): ``disabled``
+    gets the context-length 400 naming ``input``, ``auto`` an answer from its newest turns."""
+    turns = []
+    for i in range(40):  # some 200 tokens a turn, 8000 in all
+        turns.append({"role": "user", "content": f"turn {i}: " + "words and more words " * 40})
+        turns.append({"role": "assistant", "content": "noted"})
+    turns.append({"role": "user", "content": "the newest question"})
+    transport = httpx.ASGITransport(app=engine_app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://localhost", timeout=120
+    ) as c:
+        body = {"input": turns, "max_output_tokens": 2}
+        refused = await post(c, RESPONSES, {**body, "truncation": "disabled"})
+        error = assert_our_error(refused, "input")
+        assert error["code"] == "context_length_exceeded"
+        answered = await post(c, RESPONSES, {**body, "truncation": "auto"})
+    assert answered.status_code == 200, answered.text
+    response = answered.json()
+    assert response["truncation"] == "auto" and response["status"] == "incomplete"
+    assert 0 < response["usage"]["input_tokens"] <= 4096

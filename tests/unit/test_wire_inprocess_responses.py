@@ -174,7 +174,7 @@ async def test_max_output_tokens_cuts_the_reply_short(echo):
         ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"input": "hi", "n": 2}, "n"),
         ({"input": "hi", "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice"),
-        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].id"),
         ({"input": "hi", "temperature": 3}, "temperature"),
         ({"input": "hi", "top_logprobs": 21}, "top_logprobs"),
         ({"instructions": "no input"}, "input"),

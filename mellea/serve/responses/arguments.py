@@ -15,6 +15,7 @@ from mellea.serve.responses.request import (
     OUTPUT_LOGPROBS,
     FunctionTool,
     ResponsesRequest,
+    allowed_tool_names,
     chat_tool_choice,
     function_tools,
     reject_unsupported,
@@ -24,6 +25,7 @@ from mellea.serve.schema import UnsupportedSchemaError, model_from_schema
 log = logging.getLogger("mellea.serve")
 
 _NOT_IN_CLIENT_OPTIONS = {"input", "instructions", "requirements"}
+REASONING_EFFORT = "reasoning_effort"  # the model option ``reasoning.effort`` becomes (chat's name)
 
 T = TypeVar("T")
 
@@ -61,9 +63,11 @@ def serve_arguments(
     if request.wants_logprobs:
         options[LOGPROBS] = True
         options[TOP_LOGPROBS] = request.top_logprobs or 0
-    if tools:
-        options[ModelOption.TOOLS] = [tool.chat_tool() for tool in tools]
     choice = chat_tool_choice(request, tools)
+    allowed = allowed_tool_names(request)
+    offered = [tool for tool in tools if allowed is None or tool.name in allowed]
+    if offered:
+        options[ModelOption.TOOLS] = [tool.chat_tool() for tool in offered]
     if choice is not None:
         options[ModelOption.TOOL_CHOICE] = choice
     if request.parallel_tool_calls is not None:
@@ -71,6 +75,8 @@ def serve_arguments(
     response_format = _chat_response_format(request)
     if response_format is not None:
         options["response_format"] = response_format
+    if request.reasoning is not None and request.reasoning.effort is not None:
+        options[REASONING_EFFORT] = request.reasoning.effort
     if request.stream:
         options[ModelOption.STREAM] = True
     messages = chat_messages(request.instructions, items)
@@ -108,10 +114,20 @@ def new_response(
         tools=[tool.model_dump() for tool in tools],
         tool_choice=request.tool_choice if request.tool_choice is not None else "auto",
         **({"text": text} if text is not None else {}),
+        truncation=request.truncation or "disabled",
+        reasoning=reasoning_echo(request),
         user=request.user,
         metadata=request.metadata or {},
         store=request.stores,
     )
+
+
+def reasoning_echo(request: ResponsesRequest) -> dict[str, Any] | None:
+    """The response's ``reasoning``: what the request sent (``summary`` under its current name)."""
+    sent = request.reasoning
+    if sent is None:
+        return None
+    return {"effort": sent.effort, "summary": sent.summary or sent.generate_summary}
 
 
 def _chat_response_format(request: ResponsesRequest) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ continues, into the chat messages a program's ``serve()`` receives.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -73,11 +74,50 @@ _ITEM_MODELS: dict[str, type[BaseModel]] = {
 }
 
 
-def input_items(raw: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request's ``input`` as canonical items; 400 naming the field for what we cannot use."""
+# Looks stored items up by id: ``{id: item}`` for those it has.
+ItemLookup = Callable[[list[str]], dict[str, dict[str, Any]]]
+
+
+def input_items(
+    raw: str | list[dict[str, Any]], lookup: ItemLookup | None = None
+) -> list[dict[str, Any]]:
+    """The request's ``input`` as canonical items; 400 naming the field for what we cannot use.
+
+    An ``item_reference`` (``{"type": "item_reference", "id": ...}``, what the Vercel AI
+    SDK sends for earlier turns of a stored conversation) becomes the stored item
+    ``lookup`` finds by its id; an id it does not find is a 400 naming it.
+    """
     if isinstance(raw, str):
         raw = [{"role": "user", "content": raw}]
-    return [_canonical(item, f"input[{i}]") for i, item in enumerate(raw)]
+    references = {i: _reference_id(item, f"input[{i}]") for i, item in enumerate(raw)}
+    references = {i: ref for i, ref in references.items() if ref is not None}
+    stored = lookup(list(references.values())) if references and lookup else {}
+    items = []
+    for i, item in enumerate(raw):
+        if i not in references:
+            items.append(_canonical(item, f"input[{i}]"))
+            continue
+        found = stored.get(references[i])
+        if found is None:
+            raise OpenAIError(
+                400,
+                f"Item with id {references[i][:128]!r} not found (input[{i}] refers to it); "
+                "only items of stored responses can be referred to",
+                param=f"input[{i}].id",
+                code="item_not_found",
+            )
+        items.append(found)
+    return items
+
+
+def _reference_id(item: Any, where: str) -> str | None:
+    """The id an ``item_reference`` names, or None for any other item."""
+    if not isinstance(item, dict) or item.get("type") != "item_reference":
+        return None
+    item_id = item.get("id")
+    if not isinstance(item_id, str) or not item_id:
+        raise OpenAIError(400, f"{where}.id must be an item id", param=f"{where}.id")
+    return item_id
 
 
 def _canonical(item: dict[str, Any], where: str) -> dict[str, Any]:

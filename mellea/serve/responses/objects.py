@@ -136,7 +136,8 @@ class ResponseObject(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)
     tool_choice: str | dict[str, Any] = "auto"
     text: dict[str, Any] = Field(default_factory=lambda: {"format": {"type": "text"}})
-    truncation: Literal["disabled"] = "disabled"
+    truncation: Literal["auto", "disabled"] = "disabled"
+    reasoning: dict[str, Any] | None = None
     usage: ResponseUsage | None = None
     user: str | None = None
     metadata: dict[str, str] = Field(default_factory=dict)

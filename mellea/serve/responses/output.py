@@ -72,8 +72,11 @@ class OutputBuilder:
         logprobs = self._take(self._open.content[0])
         return [*events, self._append(text, "response.output_text.delta", logprobs=logprobs)]
 
-    def function_call(self, call_id: str, name: str, arguments: str) -> list[Event]:
-        """A complete call: it is added, its arguments sent, and it is done at once."""
+    def function_call(
+        self, call_id: str, name: str, arguments: str, status: ItemStatus = "completed"
+    ) -> list[Event]:
+        """A call: it is added, its arguments sent, and it is done at once (``incomplete``
+        when the reply was cut short in the middle of it)."""
         events = self.close()
         item = FunctionCallItem(id=self.new_id("fc"), call_id=call_id, name=name)
         self.output.append(item)
@@ -92,7 +95,7 @@ class OutputBuilder:
                 "arguments": arguments,
             }
         )
-        item.status = "completed"
+        item.status = status
         events.append(_item_event("response.output_item.done", item, where["output_index"]))
         return events
 

@@ -60,6 +60,19 @@ class TextConfig(BaseModel):
     verbosity: str | None = None
 
 
+class ReasoningConfig(BaseModel):
+    """``reasoning``: how hard a reasoning model should think, and what summary to give.
+
+    ``effort`` reaches the program as the ``reasoning_effort`` model option; the
+    response echoes both.
+    """
+
+    model_config = ConfigDict(extra="allow")
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None  # older name
+
+
 class ResponsesRequest(BaseModel):
     """A ``POST /v1/responses`` body. Unknown fields are accepted and ignored."""
 
@@ -83,6 +96,10 @@ class ResponsesRequest(BaseModel):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
+    # ``auto``: the oldest input items are dropped until the conversation fits the
+    # model's context; ``disabled`` (the default): a conversation too long is a 400.
+    truncation: Literal["auto", "disabled"] | None = None
+    reasoning: ReasoningConfig | None = None
     store: bool | None = None
     stream: bool | None = None
     stream_options: dict[str, Any] | None = None
@@ -145,6 +162,8 @@ def chat_tool_choice(request: ResponsesRequest, tools: list[FunctionTool]) -> An
         if choice == "required" and not tools:
             raise OpenAIError(400, "tool_choice 'required' needs tools", param="tool_choice")
         return choice
+    if choice.get("type") == "allowed_tools":
+        return _allowed_tools_choice(choice, tools)
     name = choice.get("name")
     if choice.get("type") != "function" or not isinstance(name, str):
         raise OpenAIError(
@@ -158,6 +177,51 @@ def chat_tool_choice(request: ResponsesRequest, tools: list[FunctionTool]) -> An
             400, f"tool_choice names {name[:64]!r}, which is not in tools", param="tool_choice"
         )
     return {"type": "function", "function": {"name": name}}
+
+
+def allowed_tool_names(request: ResponsesRequest) -> set[str] | None:
+    """The names an ``allowed_tools`` tool choice lets the model call (None: every tool)."""
+    choice = request.tool_choice
+    if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
+        return None
+    listed = choice.get("tools")
+    return (
+        {t.get("name") for t in listed if isinstance(t, dict)}
+        if isinstance(listed, list)
+        else set()
+    )
+
+
+def _allowed_tools_choice(choice: dict[str, Any], tools: list[FunctionTool]) -> str:
+    """``{"type": "allowed_tools", "mode": "auto" | "required", "tools": [...]}``: the
+    program is offered only the listed tools (see :func:`allowed_tool_names`), under the
+    tool choice ``mode`` names."""
+    mode = choice.get("mode", "auto")
+    if mode not in ("auto", "required"):
+        raise OpenAIError(
+            400, "tool_choice.mode must be 'auto' or 'required'", param="tool_choice.mode"
+        )
+    listed = choice.get("tools")
+    if not isinstance(listed, list) or not listed:
+        raise OpenAIError(
+            400, "tool_choice.tools must list the allowed tools", param="tool_choice.tools"
+        )
+    names = {tool.name for tool in tools}
+    for i, entry in enumerate(listed):
+        where = f"tool_choice.tools[{i}]"
+        if not isinstance(entry, dict) or entry.get("type") != "function":
+            raise OpenAIError(
+                400,
+                f'{where} must be a function tool: {{"type": "function", "name": ...}}',
+                param=where,
+            )
+        if entry.get("name") not in names:
+            raise OpenAIError(
+                400,
+                f"{where} names {str(entry.get('name'))[:64]!r}, which is not in tools",
+                param=f"{where}.name",
+            )
+    return mode
 
 
 def reject_unsupported(request: ResponsesRequest) -> None:

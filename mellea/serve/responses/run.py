@@ -183,9 +183,13 @@ class ResponseRun:
         """Flush the parser, add calls the program returned, close the output, settle the status."""
         builder.reply_logprobs(thunk.logprobs)
         events = _reply_events(builder, self.parser.finish()) if self.parser else []
-        for call in tool_calls_of(thunk) or []:
-            events += builder.function_call(call.id, call.function.name, call.function.arguments)
         reason = _INCOMPLETE_REASONS.get(thunk.finish_reason or "")
+        cut = _cut_call_ids(thunk) if reason else set()
+        for call in tool_calls_of(thunk) or []:
+            status = "incomplete" if call.id in cut else "completed"
+            events += builder.function_call(
+                call.id, call.function.name, call.function.arguments, status
+            )
         events += builder.finish("incomplete" if reason else "completed")
         usage = program_usage(self.trace, thunk, usage_of(thunk))
         response = self.response
@@ -271,6 +275,13 @@ async def _close(thunk: ModelOutputThunk, pending: asyncio.Future[Any] | None) -
     if pending is not None:
         await asyncio.wait({pending})
     await thunk.aclose()
+
+
+def _cut_call_ids(thunk: ModelOutputThunk) -> set[str]:
+    """The ids of the thunk's tool calls that generation stopped in the middle of."""
+    return {
+        c.id for c in thunk.tool_calls or [] if getattr(c, "partial_arguments", None) is not None
+    }
 
 
 def _reply_events(builder: OutputBuilder, delta: ReplyDelta) -> list[Event]:

@@ -46,6 +46,7 @@ _INDEX = "CREATE INDEX IF NOT EXISTS responses_created ON responses (created)"
 # A response is visible while young enough, or while still running, and to its owner
 # (the parameters: the expiry time, then the owner twice; a None owner sees all).
 _LIVE = "(created >= ? OR status = 'in_progress') AND (? IS NULL OR owner = ?)"
+_IDS_PER_QUERY = 200  # item ids looked up in one query (SQLite bounds its parameters)
 DEFAULT_MAX_COUNT = 10_000
 DEFAULT_MAX_AGE = 30 * 24 * 3600.0  # seconds
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
@@ -174,6 +175,26 @@ class ResponseStore:
         """The stored response, or None."""
         with self._lock:
             return self._read(response_id, owner)
+
+    def items(self, item_ids: list[str], owner: str | None = None) -> dict[str, dict[str, Any]]:
+        """The stored items with these ids (input or output items of the owner's live
+        responses), by id; an id no such item has is left out."""
+        found: dict[str, dict[str, Any]] = {}
+        wanted = list(dict.fromkeys(item_ids))
+        for start in range(0, len(wanted), _IDS_PER_QUERY):
+            batch = wanted[start : start + _IDS_PER_QUERY]
+            marks = ", ".join("?" * len(batch))
+            query = " UNION ALL ".join(
+                f"SELECT item.value FROM responses, json_each(record, '{where}') AS item "
+                f"WHERE {_LIVE} AND json_extract(item.value, '$.id') IN ({marks})"
+                for where in ("$.response.output", "$.input")
+            )
+            with self._lock:
+                rows = self._db.execute(query, (*self._live(owner), *batch) * 2).fetchall()
+            for (text,) in rows:
+                item = json.loads(text)
+                found.setdefault(item["id"], item)
+        return found
 
     def status(self, response_id: str, owner: str | None = None) -> str | None:
         """Just the status of a stored response (cheap enough to poll)."""
