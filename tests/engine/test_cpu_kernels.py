@@ -1,4 +1,5 @@
-"""The C++ ops of the CPU path against the PyTorch code they replace."""
+"""The C++ ops of the CPU path against the PyTorch code they replace, on every kernel
+family (AVX-512, AVX2, generic) this CPU can execute; the others skip, saying why."""
 
 from __future__ import annotations
 
@@ -18,9 +19,27 @@ pytestmark = pytest.mark.skipif(
 DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
+@pytest.fixture(params=cpu_kernels.FAMILIES)
+def kernel_family(request: pytest.FixtureRequest):
+    """Each kernel family in turn: its build runs the ops for the test (skipped where
+    this CPU cannot execute it)."""
+    if not cpu_kernels.cpu_runs(request.param):
+        pytest.skip(f"this CPU cannot run the {request.param} kernels")
     assert cpu_kernels.available(), "the C++ CPU ops did not build (see the log)"
+    before = cpu_kernels.select(request.param)
+    yield request.param
+    cpu_kernels.select(before)
+
+
+@pytest.fixture(autouse=True)
+def every_family(kernel_family: str) -> str:
+    """Every test of this module runs once per kernel family."""
+    return kernel_family
+
+
+def test_the_selected_build_is_the_family_it_says(kernel_family: str) -> None:
+    assert cpu_kernels.family() == kernel_family
+    assert cpu_kernels._ops().family() == kernel_family
 
 
 def gathered_attention(q, k_cache, v_cache, tables, lens, scale, window):
@@ -164,7 +183,6 @@ def activation_error_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tenso
     return step.double() @ weight_mass.double().T / 2 + 1e-5 * (x.abs() @ weight.abs().T)
 
 
-@pytest.mark.skipif(not cpu_kernels.int4_vnni_supported(), reason="no AVX512-VNNI")
 @pytest.mark.parametrize("rows", [1, 2, 5, 8, 33])
 @pytest.mark.parametrize(("n", "k"), [(70, 64), (6, 96), (32, 576)])
 def test_int4_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k: int) -> None:
@@ -187,7 +205,6 @@ def test_int4_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k:
     assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
 
 
-@pytest.mark.skipif(not cpu_kernels.int4_vnni_supported(), reason="no AVX512-VNNI")
 @pytest.mark.parametrize("rows", [1, 2, 5, 8, 33])
 @pytest.mark.parametrize(("n", "k"), [(70, 64), (6, 96), (32, 576)])
 def test_int8_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k: int) -> None:
@@ -209,6 +226,29 @@ def test_int8_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k:
     bound = activation_error_bound(x, weight)
     assert (error <= bound).all(), (error / bound).max()
     assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 9])
+def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) -> None:
+    """AVX2 takes the AVX-512 build's roundings in the same order and its integer dot
+    products are exact: the tiled linears give the same bits on both (the generic build
+    only within the bound above)."""
+    from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_rows
+
+    if kernel_family != "avx2" or not cpu_kernels.cpu_runs("avx512-vnni"):
+        pytest.skip("compares AVX2 with AVX-512 on a CPU that runs both")
+    torch.manual_seed(0)
+    n, k = 40, 160
+    int4 = tile_groups(*quantize_groups(torch.randn(n, k)))
+    q, scale = quantize_rows(torch.randn(n, k))
+    q[:, :32] = torch.randint(-127, 128, (n, 32), dtype=torch.int8)  # the int8 range's ends
+    int8 = tile_rows(q, scale)
+    x = torch.randn(rows, k) * torch.logspace(-3, 3, k)
+    x[0, 32:64] = torch.tensor([127.0, -127.0] * 16)  # the parts' extremes
+    got = [cpu_kernels.int4_vnni_linear(x, *int4, n), cpu_kernels.int8_vnni_linear(x, *int8, n)]
+    cpu_kernels.select("avx512-vnni")
+    want = [cpu_kernels.int4_vnni_linear(x, *int4, n), cpu_kernels.int8_vnni_linear(x, *int8, n)]
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 @pytest.mark.parametrize(
