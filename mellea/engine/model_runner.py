@@ -6,12 +6,14 @@ import ctypes
 import math
 import mmap
 import os
+import time
 import warnings
 from dataclasses import dataclass
 
 import torch
 
 from mellea.engine.config import EngineConfig, ModelConfig
+from mellea.engine.cpu_threads import ThreadTuner
 from mellea.engine.model import AttentionMetadata, build_model
 from mellea.engine.quant import convert_weights
 from mellea.engine.sampler import SamplingBatch, build_sampling_batch, sample
@@ -84,6 +86,8 @@ class ModelRunner:
             tune_malloc()
         self.device = cfg.device
         self.block_size = cfg.block_size
+        # On CPU, how many threads a step takes, by what is fast here now (cpu_threads).
+        self.threads = ThreadTuner() if cfg.device.type == "cpu" else None
         # MELLEA_ENGINE_REFERENCE=1 runs the kernels' path on CPU too (what a GPU runs).
         fast_cpu = False if os.environ.get("MELLEA_ENGINE_REFERENCE") == "1" else None
         self.model = build_model(
@@ -172,6 +176,17 @@ class ModelRunner:
 
         Also returns their logprobs (see :func:`sample`): None when none asked.
         """
+        tuner = self.threads
+        if tuner is None:
+            return self._execute(inputs)
+        tuner.before_step()
+        start = time.perf_counter()
+        out = self._execute(inputs)
+        tokens = inputs.input_ids.numel()
+        tuner.after_step(tokens, time.perf_counter() - start, inputs.meta.num_decode == tokens)
+        return out
+
+    def _execute(self, inputs: StepInputs) -> tuple[list[int], list[TokenLogprobs | None] | None]:
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
         if not inputs.sampled:
             return [], None
