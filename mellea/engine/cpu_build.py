@@ -21,6 +21,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
+# Files SOURCE includes (the AVX2 build's 8-lane VNNI tiles): part of a build's digest.
+INCLUDED = [Path(__file__).with_name("cpu_kernels_vnni256.inc")]
 PREBUILT_DIR = Path(__file__).with_name("_cpu_ext")
 
 # Fastest first. The flags say which instructions a build may use; what the CPU must
@@ -77,7 +79,8 @@ def build_name(family: str) -> str:
     """The library's name: the family and a digest of what it was built from."""
     import torch
 
-    key = "\n".join([SOURCE.read_text(), *_flags(family), torch.__version__, sys.version])
+    texts = [p.read_text() for p in (SOURCE, *INCLUDED)]
+    key = "\n".join([*texts, *_flags(family), torch.__version__, sys.version])
     return f"mellea_cpu_{family.replace('-', '_')}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
@@ -125,7 +128,14 @@ def load(family: str) -> None:
 
 
 def _build_one(family: str) -> str:
-    compile_family(family, PREBUILT_DIR / build_name(family))
+    import shutil
+
+    current = PREBUILT_DIR / build_name(family)
+    compile_family(family, current)
+    prefix = f"mellea_cpu_{family.replace('-', '_')}_"
+    for stale in PREBUILT_DIR.glob(prefix + "*"):  # builds of older sources
+        if stale != current and len(stale.name) == len(current.name):
+            shutil.rmtree(stale, ignore_errors=True)
     return family
 
 

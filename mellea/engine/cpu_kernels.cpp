@@ -2,6 +2,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #if defined(__x86_64__) || defined(_M_X64)
@@ -903,6 +904,24 @@ void vnni8_tile(const int8_t* qw, const int32_t*, const float* wscale, const int
   }
 }
 
+// The same tiles on 8-lane vpdpbusd, where the CPU has it (see the included file).
+#pragma GCC push_options
+#pragma GCC target("avxvnni")
+#define DPBUSD _mm256_dpbusd_avx_epi32
+#define VNNI256 avx_vnni
+#include "cpu_kernels_vnni256.inc"
+#undef DPBUSD
+#undef VNNI256
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512vl,avx512vnni")
+#define DPBUSD _mm256_dpbusd_epi32
+#define VNNI256 evex_vnni
+#include "cpu_kernels_vnni256.inc"
+#undef DPBUSD
+#undef VNNI256
+#pragma GCC pop_options
+
 #else
 // The generic build: the same arithmetic in plain loops (the compiler vectorizes what it
 // can). Within the stated bound of the exact product, not bit for bit the SIMD builds'.
@@ -988,6 +1007,69 @@ void vnni8_tile(const int8_t* qw, const int32_t*, const float* wscale, const int
 }
 #endif
 
+// Which integer dot product the AVX2 build's tiles use: vpmaddubsw + vpmaddwd (any
+// AVX2 CPU), or vpdpbusd on 8 lanes: AVX-VNNI where the CPU has it (the default there),
+// AVX512-VL VNNI when a test asks for it. Other builds have one way each.
+enum Dot : int { kMaddubs = 0, kAvxVnni = 1, kEvexVnni = 2 };
+const char* const kDotNames[] = {"maddubs", "avx-vnni", "avx512vl-vnni"};
+
+bool cpu_has_dot(int dot) {
+#if defined(MELLEA_AVX2)
+  if (dot == kAvxVnni) return __builtin_cpu_supports("avxvnni");
+  if (dot == kEvexVnni)
+    return __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return dot == kMaddubs;
+#else
+  return false;
+#endif
+}
+
+std::atomic<int> g_dot{cpu_has_dot(kAvxVnni) ? kAvxVnni : kMaddubs};
+
+// The AVX2 build's dot product: `kind` ("" to keep it) becomes it where the CPU runs
+// it; returns the one in use (the family's own name in the other builds).
+std::string avx2_dot(const std::string& kind) {
+#if defined(MELLEA_AVX2)
+  if (!kind.empty()) {
+    int wanted = -1;
+    for (int i = 0; i < 3; ++i)
+      if (kind == kDotNames[i]) wanted = i;
+    TORCH_CHECK(wanted >= 0, "dot product: maddubs, avx-vnni or avx512vl-vnni");
+    TORCH_CHECK(cpu_has_dot(wanted), "this CPU lacks ", kind);
+    g_dot = wanted;
+  }
+  return kDotNames[g_dot.load()];
+#else
+  TORCH_CHECK(kind.empty(), "the dot product is chosen in the AVX2 build only");
+  return "native";
+#endif
+}
+
+template <int MR>
+using Int4Tile = void (*)(const uint8_t*, const at::Half*, const at::Half*, const int8_t*,
+                          const float*, const float*, float*, int64_t, int64_t, int64_t);
+template <int MR>
+using Int8Tile = void (*)(const int8_t*, const int32_t*, const float*, const int8_t*,
+                          const float*, float*, int64_t, int64_t, int64_t);
+
+template <int MR>
+Int4Tile<MR> int4_tile(int dot) {
+#if defined(MELLEA_AVX2)
+  if (dot == kAvxVnni) return &avx_vnni::int4_tile<MR>;
+  if (dot == kEvexVnni) return &evex_vnni::int4_tile<MR>;
+#endif
+  return &vnni_tile<MR>;
+}
+
+template <int MR>
+Int8Tile<MR> int8_tile(int dot) {
+#if defined(MELLEA_AVX2)
+  if (dot == kAvxVnni) return &avx_vnni::int8_tile<MR>;
+  if (dot == kEvexVnni) return &evex_vnni::int8_tile<MR>;
+#endif
+  return &vnni8_tile<MR>;
+}
+
 // x's groups quantized by quantize_activations on the caller's thread, before the
 // parallel region, into buffers that outlive the call (two allocations fewer on a
 // path that runs ~120 times a decode step).
@@ -1037,11 +1119,12 @@ at::Tensor int4_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, cons
   const at::Half* sc = scales.data_ptr<at::Half>();
   const at::Half* mn = mins.data_ptr<at::Half>();
   float* op = out.data_ptr<float>();
+  const int dot = g_dot.load();
   at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       for_row_blocks(M, [&](auto rows, int64_t m) {
-        vnni_tile<decltype(rows)::value>(qw, sc, mn, a.q + m * 2 * K, a.step + m * G,
-                                         a.sum + m * G, op + m * N, N, K, t);
+        int4_tile<decltype(rows)::value>(dot)(qw, sc, mn, a.q + m * 2 * K, a.step + m * G,
+                                              a.sum + m * G, op + m * N, N, K, t);
       });
   });
   return out;
@@ -1064,11 +1147,12 @@ at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, cons
   const int32_t* ws = wsum.data_ptr<int32_t>();
   const float* sc = scale.data_ptr<float>();
   float* op = out.data_ptr<float>();
+  const int dot = g_dot.load();
   at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       for_row_blocks(M, [&](auto rows, int64_t m) {
-        vnni8_tile<decltype(rows)::value>(qw, ws, sc, a.q + m * 2 * K, a.step + m * G,
-                                          op + m * N, N, K, t);
+        int8_tile<decltype(rows)::value>(dot)(qw, ws, sc, a.q + m * 2 * K, a.step + m * G,
+                                              op + m * N, N, K, t);
       });
   });
   return out;
@@ -1295,6 +1379,7 @@ MELLEA_LIBRARY(MELLEA_CPU_NS, m) {
         "Tensor slots, int heads, int kv_heads) -> ()");
   m.impl("rope_store_kv", c10::DispatchKey::CPU, TORCH_FN(rope_store_kv));
   m.def("family() -> str", &family);
+  m.def("avx2_dot(str kind) -> str", &avx2_dot);
   m.def("top_k(Tensor x, int k) -> (Tensor, Tensor)");
   m.def("silu_and_mul(Tensor x) -> Tensor");
   m.def("decode_layer(Tensor x, Tensor(a!) residual, Tensor attn_norm, Tensor mlp_norm, "

@@ -126,6 +126,16 @@ def select(fam: str) -> str:
     return before
 
 
+def avx2_dot(kind: str = "") -> str:
+    """The integer dot product the AVX2 build's int4/int8 tiles use: ``maddubs`` (any
+    AVX2 CPU), ``avx-vnni`` (the default where the CPU has AVX-VNNI) or
+    ``avx512vl-vnni`` (the same operation in AVX-512's encoding: how an AVX-512 machine
+    tests the VNNI tiles of the AVX2 build). ``kind`` switches it where the CPU runs it
+    (``RuntimeError`` otherwise); returns the one in use. Call with the AVX2 family
+    selected."""
+    return _ops().avx2_dot(kind)
+
+
 def _ops() -> Any:
     """The op namespace of the family in use."""
     return getattr(torch.ops, cpu_build.namespace(_current[0]))

@@ -322,3 +322,40 @@ def test_rope_store_kv_matches_the_complex_multiply_and_index_copy(heads, kv_hea
     assert torch.equal(v_cache.view(-1, kv_heads, dim), want_v)
     with pytest.raises(RuntimeError, match="slot out of the cache"):
         cpu_kernels.rope_store_kv(qkv.clone(), rope, k_cache, v_cache, slots + 100, heads, kv_heads)
+
+
+@pytest.mark.parametrize("dot", ["avx-vnni", "avx512vl-vnni"])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones(kernel_family: str, dot: str, rows):
+    """The AVX2 build runs its tiles on 8-lane vpdpbusd where the CPU has AVX-VNNI; the
+    same code with AVX-512's encoding of that instruction runs it on an AVX-512 CPU.
+    Both give vpmaddubsw's bits (the integer dot products are exact either way)."""
+    from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_rows
+
+    if kernel_family != "avx2":
+        pytest.skip("the AVX2 build's choice")
+    flags = cpu_kernels.cpu_build.cpu_flags()
+    if dot == "avx-vnni" and "avx_vnni" not in flags:
+        pytest.skip("this CPU has no AVX-VNNI")
+    if dot == "avx512vl-vnni" and not {"avx512vl", "avx512_vnni"} <= flags:
+        pytest.skip("this CPU has no AVX512-VL VNNI")
+    torch.manual_seed(0)
+    n, k = 40, 160
+    int4 = tile_groups(*quantize_groups(torch.randn(n, k)))
+    q, scale = quantize_rows(torch.randn(n, k))
+    q[:, :32] = torch.randint(-127, 128, (n, 32), dtype=torch.int8)
+    int8 = tile_rows(q, scale)
+    x = torch.randn(rows, k) * torch.logspace(-3, 3, k)
+    before = cpu_kernels.avx2_dot("maddubs")
+    try:
+        want = [
+            cpu_kernels.int4_vnni_linear(x, *int4, n),
+            cpu_kernels.int8_vnni_linear(x, *int8, n),
+        ]
+        assert cpu_kernels.avx2_dot(dot) == dot
+        got = [cpu_kernels.int4_vnni_linear(x, *int4, n), cpu_kernels.int8_vnni_linear(x, *int8, n)]
+    finally:
+        cpu_kernels.avx2_dot(before)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    with pytest.raises(RuntimeError, match="maddubs, avx-vnni or avx512vl-vnni"):
+        cpu_kernels.avx2_dot("sse")
