@@ -28,12 +28,16 @@ def threads_set(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def run(
     tuner: ThreadTuner, clock: Clock, threads_set: list[int], cost: dict[int, float], steps: int
 ):
-    """``steps`` decode steps of 4 tokens; a step at n threads takes cost[n] seconds."""
+    """``steps`` decode steps of 4 tokens; a step at n threads takes cost[n] seconds.
+    Returns each step's thread count."""
+    counts = []
     for _ in range(steps):
         tuner.before_step()
-        seconds = cost[threads_set[-1]]
+        counts.append(threads_set[-1])
+        seconds = cost[counts[-1]]
         clock.now += seconds
         tuner.after_step(4, seconds, decode_only=True)
+    return counts
 
 
 def test_keeps_the_fastest_count_and_probes_again_when_the_machine_changes(threads_set):
@@ -45,11 +49,27 @@ def test_keeps_the_fastest_count_and_probes_again_when_the_machine_changes(threa
     run(tuner, clock, threads_set, quiet, 5)
     assert threads_set[-1] == 4  # kept between probes
     busy = {4: 0.080, 2: 0.012, 1: 0.020}  # a neighbour took cores: barriers wait
-    clock.now += PROBE_EVERY_S
+    clock.now += 2 * PROBE_EVERY_S  # the choice held, so the next probe came later
     run(tuner, clock, threads_set, busy, 3 * (PROBE_STEPS + 1))
     assert tuner.current == 2
     run(tuner, clock, threads_set, busy, 3)
     assert threads_set[-1] == 2
+
+
+def test_a_much_slower_count_is_dropped_after_one_step(threads_set):
+    clock = Clock()
+    tuner = ThreadTuner(most=2, clock=clock)
+    run(tuner, clock, threads_set, {2: 0.010, 1: 0.030}, 2 * (PROBE_STEPS + 1))
+    assert tuner.current == 2
+    clock.now += 100.0
+    busy = {2: 0.500, 1: 0.012}  # 1 thread is now the fast one: switch to it
+    run(tuner, clock, threads_set, busy, 2 * (PROBE_STEPS + 1))
+    assert tuner.current == 1
+    clock.now += 100.0
+    counts = run(tuner, clock, threads_set, busy, 3 * PROBE_STEPS)
+    # The probe timed 1 thread, then dropped 2 threads after a single slow step.
+    assert counts.count(2) == 1 and counts[: PROBE_STEPS + 1] == [1] * (PROBE_STEPS + 1)
+    assert tuner.current == 1
 
 
 def test_prompt_steps_do_not_count(threads_set):
