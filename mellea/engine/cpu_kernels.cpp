@@ -9,6 +9,7 @@
 #include <immintrin.h>
 #endif
 #include <cmath>
+#include <omp.h>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -289,7 +290,9 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
   int64_t longest = 0;
   for (int64_t b = 0; b < batch; ++b) longest = std::max<int64_t>(longest, lens[b]);
   if (window > 0) longest = std::min(longest, window);
-  const int64_t threads = at::get_num_threads();
+  // The split follows the CPUs, not the threads in use, so that a step's result does
+  // not depend on how many threads the engine's tuner gives it (cpu_threads.py).
+  const int64_t threads = std::max<int64_t>(omp_get_num_procs(), at::get_num_threads());
   const int64_t splits = batch >= threads ? 1
                                           : std::clamp<int64_t>(longest / kMinSpan, 1,
                                                                 std::min<int64_t>(64, (threads + batch - 1) / batch));

@@ -212,7 +212,8 @@ def int4_vnni_linear(
     """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for 4-bit weights in tiles of 16 rows
     (:func:`mellea.engine.quant.tile_groups`) on VNNI's integer dot product: each group
     of 32 activations becomes two int8 parts (x ~= step * (256 hi + lo), about 16
-    bits). Check :func:`int4_vnni_supported` first."""
+    bits). Every kernel family runs it (the name is the instruction it was written for).
+    Call :func:`available` first."""
     if not x.is_contiguous():
         x = x.contiguous()
     return _ops().int4_vnni_linear(x, qweight, scales, mins, n)
@@ -224,7 +225,7 @@ def int8_vnni_linear(
     """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for per-row int8 weights in tiles of 16 rows
     (:func:`mellea.engine.quant.tile_rows`) on VNNI's integer dot product, with the
     activations in two int8 parts per group of 32 as :func:`int4_vnni_linear` has them.
-    Check :func:`int4_vnni_supported` first (the same instructions)."""
+    Call :func:`available` first."""
     if not x.is_contiguous():
         x = x.contiguous()
     return _ops().int8_vnni_linear(x, qweight, wsum, scale, n)
