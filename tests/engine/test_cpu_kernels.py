@@ -361,3 +361,24 @@ def test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones(kernel_family: str, d
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     with pytest.raises(RuntimeError, match="maddubs, avx-vnni or avx512vl-vnni"):
         cpu_kernels.avx2_dot("sse")
+
+
+def test_paged_decode_gives_the_same_bits_at_any_thread_count() -> None:
+    """The engine's thread tuner changes the count between steps; attention splits a
+    context by the CPUs, not the threads, so a step's result stays the same."""
+    torch.manual_seed(0)
+    block, dim, n_heads, n_kv, num_blocks = 16, 64, 9, 3, 64
+    k_cache = torch.randn(num_blocks, block, n_kv, dim)
+    v_cache = torch.randn(num_blocks, block, n_kv, dim)
+    lens = torch.tensor([300], dtype=torch.int32)
+    tables = torch.randperm(num_blocks)[:20].view(1, 20).to(torch.int32)
+    q = 3 * torch.randn(1, n_heads, dim)
+    threads = torch.get_num_threads()
+    got = []
+    try:
+        for n in (1, os.cpu_count() or 1):
+            torch.set_num_threads(n)
+            got.append(cpu_kernels.paged_decode(q, k_cache, v_cache, tables, lens, 0.125, None))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(got[0], got[1])
