@@ -91,7 +91,8 @@ def _auto_cpu_format(model_path: str | Path | None) -> str:
     which is the fastest format on both families (benchmarks/README.md); otherwise
     ``int8``. With the generic kernels (a CPU without AVX2), none, or native bf16 only:
     ``int8`` where the CPU multiplies bf16 natively, else ``float32`` (the generic
-    integer kernels are slower than float32's GEMM). Logs the choice and why, once.
+    integer kernels are slower than float32's GEMM). Logs the choice for a model, and
+    why, once.
     """
     family = cpu_kernels.family()
     fast = family in ("avx512-vnni", "avx2")
@@ -105,7 +106,7 @@ def _auto_cpu_format(model_path: str | Path | None) -> str:
         fmt = "float32"
         why = "without AVX2 the quantized formats are slower than float32's GEMM"
     line = f"weight format {fmt} (dtype auto), CPU kernels {family}: {why}"
-    if line not in _logged:
+    if model_path is not None and line not in _logged:  # (None: a caller wants the dtype)
         _logged.add(line)
         log.info("%s", line)
     return fmt
