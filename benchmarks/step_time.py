@@ -202,12 +202,21 @@ def neighbour_steps(runner: ModelRunner, batch: ScheduledBatch, steps: int, tune
     most = torch.get_num_threads()
     runner.threads = ThreadTuner(most) if tune else None
     try:
+        tuner = runner.threads
+
+        def step() -> None:
+            inputs = runner.prepare(batch)
+            if tuner is None:
+                runner.execute(inputs)
+            else:  # as EngineCore.execute runs it
+                tuner.step(lambda: runner.execute(inputs), inputs.input_ids.numel(), True)
+
         for _ in range(3):
-            runner.execute(runner.prepare(batch))
+            step()
         times = []
         for _ in range(steps):
             t = time.perf_counter()
-            runner.execute(runner.prepare(batch))
+            step()
             times.append(time.perf_counter() - t)
     finally:
         runner.threads = None

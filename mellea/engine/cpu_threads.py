@@ -16,10 +16,13 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 THREADS_ENV = "MELLEA_CPU_THREADS"
 PROBE_STEPS = 4  # decode steps timed per candidate (after one to settle)
@@ -55,6 +58,14 @@ class ThreadTuner:
         self._interval = PROBE_EVERY_S
         self._skip = 0
         self._threads_set = 0  # what torch has now on this thread (0: not set yet)
+
+    def step(self, run: Callable[[], T], tokens: int, decode_only: bool) -> T:
+        """``run()`` (one step of ``tokens`` tokens) at the thread count for it, timed."""
+        self.before_step()
+        start = time.perf_counter()
+        out = run()
+        self.after_step(tokens, time.perf_counter() - start, decode_only)
+        return out
 
     def _use(self, threads: int) -> None:
         if threads != self._threads_set:

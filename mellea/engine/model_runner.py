@@ -6,7 +6,6 @@ import ctypes
 import math
 import mmap
 import os
-import time
 import warnings
 from dataclasses import dataclass
 
@@ -86,7 +85,8 @@ class ModelRunner:
             tune_malloc()
         self.device = cfg.device
         self.block_size = cfg.block_size
-        # On CPU, how many threads a step takes, by what is fast here now (cpu_threads).
+        # On CPU, how many threads a step takes, by what is fast here now (cpu_threads);
+        # EngineCore.execute runs each step through it.
         self.threads = ThreadTuner() if cfg.device.type == "cpu" else None
         # MELLEA_ENGINE_REFERENCE=1 runs the kernels' path on CPU too (what a GPU runs).
         fast_cpu = False if os.environ.get("MELLEA_ENGINE_REFERENCE") == "1" else None
@@ -176,17 +176,6 @@ class ModelRunner:
 
         Also returns their logprobs (see :func:`sample`): None when none asked.
         """
-        tuner = self.threads
-        if tuner is None:
-            return self._execute(inputs)
-        tuner.before_step()
-        start = time.perf_counter()
-        out = self._execute(inputs)
-        tokens = inputs.input_ids.numel()
-        tuner.after_step(tokens, time.perf_counter() - start, inputs.meta.num_decode == tokens)
-        return out
-
-    def _execute(self, inputs: StepInputs) -> tuple[list[int], list[TokenLogprobs | None] | None]:
         hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
         if not inputs.sampled:
             return [], None
