@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import torch
 
 from mellea.engine.config import EngineConfig, ModelConfig
-from mellea.engine.cpu_threads import ThreadTuner
 from mellea.engine.model import AttentionMetadata, build_model
 from mellea.engine.quant import convert_weights
 from mellea.engine.sampler import SamplingBatch, build_sampling_batch, sample
@@ -87,6 +86,8 @@ class ModelRunner:
         self.block_size = cfg.block_size
         # On CPU, how many threads a step takes, by what is fast here now (cpu_threads);
         # EngineCore.execute runs each step through it.
+        from mellea.engine.cpu_threads import ThreadTuner
+
         self.threads = ThreadTuner() if cfg.device.type == "cpu" else None
         # MELLEA_ENGINE_REFERENCE=1 runs the kernels' path on CPU too (what a GPU runs).
         fast_cpu = False if os.environ.get("MELLEA_ENGINE_REFERENCE") == "1" else None
