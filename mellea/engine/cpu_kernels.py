@@ -16,81 +16,129 @@ AVX512-VNNI, :func:`int4_vnni_linear` multiplies int4 weights on the integer dot
 product instead, about 4x fewer instructions, with each group of 32 activations
 held to about 16 bits (two int8 parts).
 
-They are compiled on first use with the C++ compiler PyTorch's extensions use
-(20-30 s on 2 busy cores; the build is cached under ``TORCH_EXTENSIONS_DIR``, by
-default ``~/.cache/torch_extensions``, so later processes only load it). Where
-that fails, or with ``MELLEA_CPU_KERNEL=0``, :func:`available` is False and the
-model keeps its PyTorch path.
+Each CPU family gets its own build of the one C++ source (see :data:`FAMILIES`):
+``avx512-vnni`` (AVX512F/BW/VL/VNNI), ``avx2`` (x86-64-v3: AVX2, FMA, F16C; most
+laptops, desktops and cloud VMs) and ``generic`` (plain C++). All keep the weights in
+the same layouts, so a model loads the same way whichever runs. :func:`family` picks the
+best one this CPU can run, or the one ``MELLEA_CPU_ISA`` names (``avx512``, ``avx2``,
+``generic``; e.g. to run the AVX2 path on an AVX-512 machine).
+
+The builds are made ahead of time, when the project is installed (``make install``
+runs ``python -m mellea.engine.cpu_build``; it needs a C++ compiler and Python's
+headers there, not at the user's first start), into ``mellea/engine/_cpu_ext/``. A
+process loads the prebuilt library of its family; where there is none (or it was
+built for another torch), it compiles that family once on first use instead (20-30 s on
+2 busy cores, cached under ``TORCH_EXTENSIONS_DIR``). Where that fails too, or with
+``MELLEA_CPU_KERNEL=0``, :func:`available` is False and the model keeps its PyTorch
+path.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import platform
-import tempfile
 import threading
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from mellea.engine import cpu_build
+
 log = logging.getLogger(__name__)
 
-_SOURCE_FILE = Path(__file__).with_suffix(".cpp")  # the ops, in C++
+FAMILIES = cpu_build.FAMILIES
+cpu_runs = cpu_build.cpu_runs
+ISA_ENV = "MELLEA_CPU_ISA"  # read here only: which family to run, forced
+_ISA_NAMES = {
+    "avx512": "avx512-vnni",
+    "avx512-vnni": "avx512-vnni",
+    "avx2": "avx2",
+    "generic": "generic",
+}
 
 _lock = threading.Lock()
-_state: dict[str, bool] = {}
+_loaded: dict[str, bool] = {}  # family -> whether its build loaded
+_current: list[str] = []  # the family the ops below call (set by select)
 
 
-def _cpu_flags() -> str:
-    """The CPU's feature flags as Linux lists them (empty elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return platform.machine()
+def runnable_families() -> list[str]:
+    """The families this CPU can execute, fastest first (``generic`` always)."""
+    return [f for f in FAMILIES if cpu_build.cpu_runs(f)]
 
 
-def _build() -> bool:
-    """Compile and load the kernel once per process; False where that is not possible."""
-    from torch.utils import cpp_extension
+def _chosen() -> str:
+    """The family to run: ``MELLEA_CPU_ISA``'s when set (and runnable), else the best."""
+    runnable = runnable_families()
+    wanted = os.environ.get(ISA_ENV, "").strip().lower()
+    if wanted:
+        name = _ISA_NAMES.get(wanted)
+        if name is None:
+            log.warning("%s=%s is not one of avx512, avx2, generic; ignored", ISA_ENV, wanted)
+        elif name not in runnable:
+            log.warning("%s=%s: this CPU cannot run it; using %s", ISA_ENV, wanted, runnable[0])
+        else:
+            return name
+    return runnable[0]
 
-    # -march=native: a build is only valid for this CPU's instruction set, so the name
-    # (hence the cached build) depends on it too, in case the cache dir is shared.
-    source_text = _SOURCE_FILE.read_text()
-    digest = hashlib.sha256((source_text + _cpu_flags()).encode()).hexdigest()[:12]
-    name = f"mellea_cpu_kernels_{digest}"
-    src_dir = Path(tempfile.gettempdir()) / "mellea_cpu_kernels"
-    src_dir.mkdir(parents=True, exist_ok=True)
-    source = src_dir / f"{name}.cpp"
-    if not source.exists():
-        tmp = source.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source_text)
-        tmp.replace(source)
-    cpp_extension.load(
-        name=name,
-        sources=[str(source)],
-        extra_cflags=["-O3", "-march=native", "-fopenmp"],
-        is_python_module=False,
-        verbose=False,
-    )
-    return True
+
+def _load(fam: str) -> bool:
+    """Load ``fam``'s build (prebuilt, else compiled now) once; False where impossible."""
+    if fam not in _loaded:
+        try:
+            cpu_build.load(fam)
+            _loaded[fam] = True
+        except Exception as exc:  # no compiler, no headers, a failing build: fall back
+            log.warning("C++ CPU ops (%s) unavailable (%s); using the PyTorch path", fam, exc)
+            _loaded[fam] = False
+    return _loaded[fam]
 
 
 def available() -> bool:
-    """Whether the kernel is (or can now be) loaded; builds it on the first call."""
+    """Whether the kernels are (or can now be) loaded; loads them on the first call."""
     if os.environ.get("MELLEA_CPU_KERNEL") == "0":
         return False
     with _lock:
-        if "ok" not in _state:
-            try:
-                _state["ok"] = _build()
-            except Exception as exc:  # no compiler, no headers, a failing build: fall back
-                log.warning("C++ CPU ops unavailable (%s); using the PyTorch path", exc)
-                _state["ok"] = False
-        return _state["ok"]
+        if not _current:
+            _current.append(_chosen())
+        return _load(_current[0])
+
+
+def family() -> str:
+    """The kernel family the ops run: ``avx512-vnni``, ``avx2`` or ``generic``; ``none``
+    where the C++ ops are unavailable."""
+    if not available():
+        return "none"
+    return _current[0] if _current else _chosen()
+
+
+def select(fam: str) -> str:
+    """Run ``fam``'s build from now on (tests run each family the CPU can execute);
+    returns the family that ran before. ``ValueError`` where this CPU cannot run it,
+    ``RuntimeError`` where it cannot be loaded."""
+    if fam not in runnable_families():
+        raise ValueError(f"this CPU cannot run the {fam} kernels")
+    available()
+    with _lock:
+        if not _load(fam):
+            raise RuntimeError(f"the {fam} kernels could not be loaded")
+        before = _current[0] if _current else fam
+        _current[:] = [fam]
+    return before
+
+
+def avx2_dot(kind: str = "") -> str:
+    """The integer dot product the AVX2 build's int4/int8 tiles use: ``maddubs`` (any
+    AVX2 CPU), ``avx-vnni`` (the default where the CPU has AVX-VNNI) or
+    ``avx512vl-vnni`` (the same operation in AVX-512's encoding: how an AVX-512 machine
+    tests the VNNI tiles of the AVX2 build). ``kind`` switches it where the CPU runs it
+    (``RuntimeError`` otherwise); returns the one in use. Call with the AVX2 family
+    selected."""
+    return _ops().avx2_dot(kind)
+
+
+def _ops() -> Any:
+    """The op namespace of the family in use."""
+    return getattr(torch.ops, cpu_build.namespace(_current[0]))
 
 
 def paged_decode(
@@ -113,9 +161,7 @@ def paged_decode(
         q = q.to(k_cache.dtype)
     if q.stride(2) != 1 or q.stride(1) != q.shape[2]:
         q = q.contiguous()
-    out = torch.ops.mellea_cpu.paged_decode(
-        q, k_cache, v_cache, block_tables, context_lens, scale, window or 0
-    )
+    out = _ops().paged_decode(q, k_cache, v_cache, block_tables, context_lens, scale, window or 0)
     return out.to(dtype)
 
 
@@ -131,7 +177,7 @@ def rms_norm(
         weight = weight.to(x.dtype)
     if x.stride(-1) != 1:
         x = x.contiguous()
-    return torch.ops.mellea_cpu.rms_norm(x, residual, weight, eps)
+    return _ops().rms_norm(x, residual, weight, eps)
 
 
 def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -139,7 +185,7 @@ def int8_linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> 
     weights widened to fp32 in registers. Call :func:`available` first."""
     if not x.is_contiguous():
         x = x.contiguous()
-    return torch.ops.mellea_cpu.int8_linear(x, qweight, scale)
+    return _ops().int8_linear(x, qweight, scale)
 
 
 def int4_linear(
@@ -150,19 +196,14 @@ def int4_linear(
     :func:`available` first."""
     if not x.is_contiguous():
         x = x.contiguous()
-    return torch.ops.mellea_cpu.int4_linear(x, qweight, scales, mins)
+    return _ops().int4_linear(x, qweight, scales, mins)
 
 
 def int4_dequantize(
     qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
 ) -> torch.Tensor:
     """The fp32 weight [N, K] that :func:`int4_linear`'s operands stand for."""
-    return torch.ops.mellea_cpu.int4_dequantize(qweight, scales, mins)
-
-
-def int4_vnni_supported() -> bool:
-    """Whether the kernels are built with :func:`int4_vnni_linear` (AVX512-VNNI)."""
-    return available() and bool(torch.ops.mellea_cpu.int4_vnni_supported())
+    return _ops().int4_dequantize(qweight, scales, mins)
 
 
 def int4_vnni_linear(
@@ -171,10 +212,11 @@ def int4_vnni_linear(
     """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for 4-bit weights in tiles of 16 rows
     (:func:`mellea.engine.quant.tile_groups`) on VNNI's integer dot product: each group
     of 32 activations becomes two int8 parts (x ~= step * (256 hi + lo), about 16
-    bits). Check :func:`int4_vnni_supported` first."""
+    bits). Every kernel family runs it (the name is the instruction it was written for).
+    Call :func:`available` first."""
     if not x.is_contiguous():
         x = x.contiguous()
-    return torch.ops.mellea_cpu.int4_vnni_linear(x, qweight, scales, mins, n)
+    return _ops().int4_vnni_linear(x, qweight, scales, mins, n)
 
 
 def int8_vnni_linear(
@@ -183,17 +225,17 @@ def int8_vnni_linear(
     """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for per-row int8 weights in tiles of 16 rows
     (:func:`mellea.engine.quant.tile_rows`) on VNNI's integer dot product, with the
     activations in two int8 parts per group of 32 as :func:`int4_vnni_linear` has them.
-    Check :func:`int4_vnni_supported` first (the same instructions)."""
+    Call :func:`available` first."""
     if not x.is_contiguous():
         x = x.contiguous()
-    return torch.ops.mellea_cpu.int8_vnni_linear(x, qweight, wsum, scale, n)
+    return _ops().int8_vnni_linear(x, qweight, wsum, scale, n)
 
 
 def int4_vnni_dequantize(
     qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, n: int
 ) -> torch.Tensor:
     """The fp32 weight [N, K] that :func:`int4_vnni_linear`'s operands stand for."""
-    return torch.ops.mellea_cpu.int4_vnni_dequantize(qweight, scales, mins, n)
+    return _ops().int4_vnni_dequantize(qweight, scales, mins, n)
 
 
 def decode_layer(
@@ -220,7 +262,7 @@ def decode_layer(
     ``rope``: this step's complex rotations; ``meta``: the step's
     :class:`~mellea.engine.cpu_attention.AttentionMetadata`. See
     :meth:`mellea.engine.model.DecoderModel.forward` for who may call it."""
-    return torch.ops.mellea_cpu.decode_layer(
+    return _ops().decode_layer(
         x,
         residual,
         attn_norm,
@@ -246,7 +288,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     rows = x.reshape(-1, x.shape[-1])  # the op takes [T, 2I]; leading dims are rows
     if not rows.is_contiguous():
         rows = rows.contiguous()
-    return torch.ops.mellea_cpu.silu_and_mul(rows).view(*x.shape[:-1], x.shape[-1] // 2)
+    return _ops().silu_and_mul(rows).view(*x.shape[:-1], x.shape[-1] // 2)
 
 
 def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -256,7 +298,7 @@ def top_k(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     vocabulary-wide row. Call :func:`available` first."""
     if not x.is_contiguous():
         x = x.contiguous()
-    return torch.ops.mellea_cpu.top_k(x, k)
+    return _ops().top_k(x, k)
 
 
 def rope_store_kv(
@@ -272,6 +314,4 @@ def rope_store_kv(
     dims adjacent) by ``rope`` (complex [T, ..., D / 2]), and write this step's K and V
     rows into the caches at ``slots`` (the PyTorch path's complex multiply and two
     ``index_copy_``)."""
-    torch.ops.mellea_cpu.rope_store_kv(
-        qkv, torch.view_as_real(rope), k_cache, v_cache, slots, heads, kv_heads
-    )
+    _ops().rope_store_kv(qkv, torch.view_as_real(rope), k_cache, v_cache, slots, heads, kv_heads)

@@ -401,7 +401,7 @@ class DecoderModel(nn.Module):
                     and layer.residual_multiplier == 1.0
                     and attn.qk_norm is None
                     and mlp.silu
-                    and all(isinstance(m, Int4Linear) and m.vnni for m in linears)
+                    and all(isinstance(m, Int4Linear) and m.tiled for m in linears)
                     and all(m.bias is None for m in linears)
                 ):
                     return None

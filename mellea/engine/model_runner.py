@@ -85,6 +85,11 @@ class ModelRunner:
             tune_malloc()
         self.device = cfg.device
         self.block_size = cfg.block_size
+        # On CPU, how many threads a step takes, by what is fast here now (cpu_threads);
+        # EngineCore.execute runs each step through it.
+        from mellea.engine.cpu_threads import ThreadTuner
+
+        self.threads = ThreadTuner() if cfg.device.type == "cpu" else None
         # MELLEA_ENGINE_REFERENCE=1 runs the kernels' path on CPU too (what a GPU runs).
         fast_cpu = False if os.environ.get("MELLEA_ENGINE_REFERENCE") == "1" else None
         self.model = build_model(

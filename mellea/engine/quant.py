@@ -17,6 +17,7 @@ its fp32 rows (:class:`RefinedHead`).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from mellea.engine import cpu_kernels
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "float32", "bfloat16", "int8", "int4")
 # Other spellings the engine has accepted for its ``dtype`` argument.
@@ -52,11 +55,8 @@ def resolve_format(
     ``model_path``, which ``auto`` reads).
 
     ``None`` is ``float32`` on CPU (the exact path, the library's default) and
-    ``bfloat16`` on a GPU. ``"auto"`` on a GPU is ``bfloat16``; on a CPU it is the
-    fastest format that loses nothing or passed our quality bar: ``int4`` when the
-    checkpoint's linear weights are 4-bit already (a Q4 GGUF, like the default model),
-    so that int4 holds them exactly; otherwise ``int8`` where the C++ kernels (or
-    native bf16) make it fast; otherwise ``float32``. ``ValueError`` for an unknown
+    ``bfloat16`` on a GPU. ``"auto"`` on a GPU is ``bfloat16``; on a CPU see
+    :func:`_auto_cpu_format` (it logs its choice). ``ValueError`` for an unknown
     name, or a format the device cannot run (int8 and int4 are CPU-only).
     """
     if isinstance(dtype, torch.dtype):
@@ -73,12 +73,42 @@ def resolve_format(
     if fmt == "auto":
         if device.type != "cpu":
             return "bfloat16"
-        kernels = cpu_kernels.available()
-        if kernels and model_path is not None and checkpoint_is_4bit(Path(model_path)):
-            return "int4"
-        return "int8" if kernels or cpu_has_native_bf16() else "float32"
+        return _auto_cpu_format(model_path)
     if fmt in ("int8", "int4") and device.type != "cpu":
         raise ValueError(f"dtype {fmt!r} runs on CPU only")
+    return fmt
+
+
+_logged: set[str] = set()
+
+
+def _auto_cpu_format(model_path: str | Path | None) -> str:
+    """``auto`` on a CPU: the fastest format here that loses nothing or passed our
+    quality bar, by the kernel family this CPU runs (:func:`cpu_kernels.family`).
+
+    With the AVX-512 or AVX2 kernels: ``int4`` when the checkpoint's linear weights are
+    4-bit already (a Q4 GGUF, like the default model), which int4 holds exactly and
+    which is the fastest format on both families (benchmarks/README.md); otherwise
+    ``int8``. With the generic kernels (a CPU without AVX2), none, or native bf16 only:
+    ``int8`` where the CPU multiplies bf16 natively, else ``float32`` (the generic
+    integer kernels are slower than float32's GEMM). Logs the choice for a model, and
+    why, once.
+    """
+    family = cpu_kernels.family()
+    fast = family in ("avx512-vnni", "avx2")
+    if fast and model_path is not None and checkpoint_is_4bit(Path(model_path)):
+        fmt, why = "int4", "the checkpoint's weights are 4-bit already: int4 holds them exactly"
+    elif fast:
+        fmt, why = "int8", "the fastest format within the quality bar on these kernels"
+    elif cpu_has_native_bf16():
+        fmt, why = "int8", "no SIMD kernels, but native bf16 multiplies int8 widened to bf16"
+    else:
+        fmt = "float32"
+        why = "without AVX2 the quantized formats are slower than float32's GEMM"
+    line = f"weight format {fmt} (dtype auto), CPU kernels {family}: {why}"
+    if model_path is not None and line not in _logged:  # (None: a caller wants the dtype)
+        _logged.add(line)
+        log.info("%s", line)
     return fmt
 
 
@@ -117,8 +147,8 @@ class Bf16Linear(nn.Module):
 # 0.70 ms against 0.71 for the bf16 GEMM, at 32 rows 1.42 against 0.90; int4 at 32
 # rows 1.71 ms against 1.66 for dequantizing and the fp32 GEMM.
 INT8_KERNEL_MAX_ROWS = 16
-# int8 on VNNI's integer dot product, 3072x576 on 2 threads: 32 rows 0.62 ms against
-# 0.67 for widening to the bf16 GEMM, 128 rows 2.6 against 1.6.
+# int8 in the tiled layout (on VNNI's integer dot product), 3072x576 on 2 threads: 32
+# rows 0.62 ms against 0.67 for widening to the bf16 GEMM, 128 rows 2.6 against 1.6.
 INT8_VNNI_MAX_ROWS = 32
 INT4_KERNEL_MAX_ROWS = 32
 # Without the C++ kernels: up to this many rows, int8pack_mm is faster than widening
@@ -137,12 +167,14 @@ def _decode_rows(x: torch.Tensor, most: int) -> bool:
 class Int8Linear(nn.Module):
     """A linear layer with per-output-channel symmetric int8 weights.
 
-    On a CPU with AVX512-VNNI (and an input size that groups of 32 divide), up to
+    With the C++ kernels (any family: the layout is the same on AVX-512, AVX2 and
+    generic builds) and an input size that groups of 32 divide, up to
     :data:`INT8_VNNI_MAX_ROWS` rows go to :func:`cpu_kernels.int8_vnni_linear` (weights
     in :func:`tile_rows`' layout; activations in two int8 parts per group of 32, about
-    16 bits, for the integer dot product). Elsewhere up to :data:`INT8_KERNEL_MAX_ROWS`
-    rows go to :func:`cpu_kernels.int8_linear` (fp32 activations, the weights widened
-    in registers); without the C++ kernels, to ``aten._weight_int8pack_mm``
+    16 bits, for the integer dot product). Other input sizes take up to
+    :data:`INT8_KERNEL_MAX_ROWS` rows to :func:`cpu_kernels.int8_linear` (fp32
+    activations, the weights widened in registers); without the C++ kernels, to
+    ``aten._weight_int8pack_mm``
     (activations rounded to bf16) for up to :data:`INT8PACK_MAX_ROWS`. Longer inputs
     (prompt chunks) widen the weights to bf16 for the bf16 GEMM. Returns the input's
     dtype. Activations are never rounded to 8 bits: fbgemm's int8 GEMM, which does
@@ -155,15 +187,13 @@ class Int8Linear(nn.Module):
         q, scale = quantize_rows(weight)
         self.out_features, self.in_features = q.shape
         self.kernel = cpu_kernels.available()
-        self.vnni = (
-            self.kernel and self.in_features % GROUP == 0 and cpu_kernels.int4_vnni_supported()
-        )
-        self.max_kernel_rows = INT8_VNNI_MAX_ROWS if self.vnni else INT8_KERNEL_MAX_ROWS
-        if self.vnni:
+        self.tiled = self.kernel and self.in_features % GROUP == 0
+        self.max_kernel_rows = INT8_VNNI_MAX_ROWS if self.tiled else INT8_KERNEL_MAX_ROWS
+        if self.tiled:
             q, wsum, tiled_scale = tile_rows(q, scale)
             self.register_buffer("wsum", wsum)
             self.register_buffer("tiled_scale", tiled_scale)
-        else:  # what int8pack takes
+        else:  # what int8pack takes (with no kernels, or an input size groups don't divide)
             self.register_buffer("scale_bf16", scale.to(torch.bfloat16))
         self.register_buffer("qweight", q)
         self.register_buffer("scale", scale)  # fp32
@@ -171,7 +201,7 @@ class Int8Linear(nn.Module):
 
     def _multiply(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 [rows, in] (at most ``max_kernel_rows``) -> [rows, out], in C++."""
-        if self.vnni:
+        if self.tiled:
             return cpu_kernels.int8_vnni_linear(
                 x, self.qweight, self.wsum, self.tiled_scale, self.out_features
             )
@@ -186,7 +216,7 @@ class Int8Linear(nn.Module):
         rows = flat.shape[0]
         if self.kernel and rows <= self.max_kernel_rows:
             out = self._multiply(flat.float())
-        elif rows <= INT8PACK_MAX_ROWS and not self.vnni:
+        elif rows <= INT8PACK_MAX_ROWS and not self.tiled:
             bf16 = flat.to(torch.bfloat16)
             out = torch.ops.aten._weight_int8pack_mm(bf16, self.qweight, self.scale_bf16)
         else:  # prompt chunks: widen to bf16 (exact for int8) and use the bf16 GEMM
@@ -197,7 +227,7 @@ class Int8Linear(nn.Module):
 
     def rows(self) -> torch.Tensor:
         """The int8 weight [out, in], whichever layout holds it."""
-        if not self.vnni:
+        if not self.tiled:
             return self.qweight
         tiles, groups = self.qweight.shape[:2]
         parts = self.qweight.view(tiles, groups, 8, TILE, 4).permute(0, 3, 1, 2, 4)
@@ -303,7 +333,7 @@ def _groups_exact(weight: Any) -> bool:
     return bool((error <= EXACT_INT4 * scale[..., None] + 1e-12).all())
 
 
-TILE = 16  # int4 weights on VNNI: output rows per tile (one AVX-512 vector of sums)
+TILE = 16  # tiled int4/int8 weights: output rows per tile (one AVX-512 vector of sums)
 
 
 def tile_groups(
@@ -352,24 +382,23 @@ def tile_rows(
 class Int4Linear(nn.Module):
     """A linear layer with 4-bit weights in groups of 32 (:func:`quantize_groups`).
 
-    On a CPU with AVX512-VNNI every input goes to :func:`cpu_kernels.int4_vnni_linear`
-    (weights in :func:`tile_groups`' layout; activations split into two int8 parts per
-    group, about 16 bits, for the integer dot product). Elsewhere up to
-    :data:`INT4_KERNEL_MAX_ROWS` rows go to :func:`cpu_kernels.int4_linear` (fp32
-    activations, each group widened to fp32 in registers); longer inputs, or a machine
-    without the C++ kernels, dequantize the weight to fp32 for the fp32 GEMM.
+    With the C++ kernels (any family: the layout is the same on AVX-512, AVX2 and
+    generic builds) every input goes to :func:`cpu_kernels.int4_vnni_linear` (weights
+    in :func:`tile_groups`' layout; activations split into two int8 parts per group,
+    about 16 bits, for the integer dot product). A machine without the C++ kernels
+    dequantizes the weight to fp32 for the fp32 GEMM.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.kernel = cpu_kernels.available()
-        self.vnni = self.kernel and cpu_kernels.int4_vnni_supported()
+        self.tiled = self.kernel
         packed, scales, mins = quantize_groups(weight)
-        # VNNI's kernel beats dequantizing for the fp32 GEMM at any length (3072x576:
-        # 2.6 against 5.5 ms at 256 rows); the fp32 one only up to 32 rows.
+        # The tiled kernel beats dequantizing for the fp32 GEMM at any length (3072x576,
+        # AVX512-VNNI: 2.6 against 5.5 ms at 256 rows); the fp32 one only up to 32 rows.
         self.max_kernel_rows = INT4_KERNEL_MAX_ROWS
-        if self.vnni:
+        if self.tiled:
             packed, scales, mins = tile_groups(packed, scales, mins)
             self.max_kernel_rows = 1 << 62
         self.register_buffer("qweight", packed)
@@ -379,7 +408,7 @@ class Int4Linear(nn.Module):
 
     def _multiply(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 [rows, in] (at most ``max_kernel_rows``) -> [rows, out], in C++."""
-        if self.vnni:
+        if self.tiled:
             return cpu_kernels.int4_vnni_linear(
                 x, self.qweight, self.scales, self.mins, self.out_features
             )
@@ -400,7 +429,7 @@ class Int4Linear(nn.Module):
 
     def dequantized(self) -> torch.Tensor:
         """The fp32 weight this layer stands for."""
-        if self.vnni:
+        if self.tiled:
             return cpu_kernels.int4_vnni_dequantize(
                 self.qweight, self.scales, self.mins, self.out_features
             )

@@ -1,4 +1,5 @@
-"""The C++ ops of the CPU path against the PyTorch code they replace."""
+"""The C++ ops of the CPU path against the PyTorch code they replace, on every kernel
+family (AVX-512, AVX2, generic) this CPU can execute; the others skip, saying why."""
 
 from __future__ import annotations
 
@@ -18,9 +19,27 @@ pytestmark = pytest.mark.skipif(
 DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built() -> None:
+@pytest.fixture(params=cpu_kernels.FAMILIES)
+def kernel_family(request: pytest.FixtureRequest):
+    """Each kernel family in turn: its build runs the ops for the test (skipped where
+    this CPU cannot execute it)."""
+    if not cpu_kernels.cpu_runs(request.param):
+        pytest.skip(f"this CPU cannot run the {request.param} kernels")
     assert cpu_kernels.available(), "the C++ CPU ops did not build (see the log)"
+    before = cpu_kernels.select(request.param)
+    yield request.param
+    cpu_kernels.select(before)
+
+
+@pytest.fixture(autouse=True)
+def every_family(kernel_family: str) -> str:
+    """Every test of this module runs once per kernel family."""
+    return kernel_family
+
+
+def test_the_selected_build_is_the_family_it_says(kernel_family: str) -> None:
+    assert cpu_kernels.family() == kernel_family
+    assert cpu_kernels._ops().family() == kernel_family
 
 
 def gathered_attention(q, k_cache, v_cache, tables, lens, scale, window):
@@ -164,7 +183,6 @@ def activation_error_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tenso
     return step.double() @ weight_mass.double().T / 2 + 1e-5 * (x.abs() @ weight.abs().T)
 
 
-@pytest.mark.skipif(not cpu_kernels.int4_vnni_supported(), reason="no AVX512-VNNI")
 @pytest.mark.parametrize("rows", [1, 2, 5, 8, 33])
 @pytest.mark.parametrize(("n", "k"), [(70, 64), (6, 96), (32, 576)])
 def test_int4_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k: int) -> None:
@@ -187,7 +205,6 @@ def test_int4_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k:
     assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
 
 
-@pytest.mark.skipif(not cpu_kernels.int4_vnni_supported(), reason="no AVX512-VNNI")
 @pytest.mark.parametrize("rows", [1, 2, 5, 8, 33])
 @pytest.mark.parametrize(("n", "k"), [(70, 64), (6, 96), (32, 576)])
 def test_int8_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k: int) -> None:
@@ -209,6 +226,31 @@ def test_int8_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k:
     bound = activation_error_bound(x, weight)
     assert (error <= bound).all(), (error / bound).max()
     assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 9])
+def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) -> None:
+    """AVX2 takes the AVX-512 build's roundings in the same order and its integer dot
+    products are exact: the tiled linears give the same bits on both (the generic build
+    only within the bound above)."""
+    from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_rows
+
+    if kernel_family != "avx2":
+        pytest.skip("runs under the avx2 family, against avx512-vnni")
+    if not cpu_kernels.cpu_runs("avx512-vnni"):
+        pytest.skip("this CPU cannot run the avx512-vnni kernels to compare with")
+    torch.manual_seed(0)
+    n, k = 40, 160
+    int4 = tile_groups(*quantize_groups(torch.randn(n, k)))
+    q, scale = quantize_rows(torch.randn(n, k))
+    q[:, :32] = torch.randint(-127, 128, (n, 32), dtype=torch.int8)  # the int8 range's ends
+    int8 = tile_rows(q, scale)
+    x = torch.randn(rows, k) * torch.logspace(-3, 3, k)
+    x[0, 32:64] = torch.tensor([127.0, -127.0] * 16)  # the parts' extremes
+    got = [cpu_kernels.int4_vnni_linear(x, *int4, n), cpu_kernels.int8_vnni_linear(x, *int8, n)]
+    cpu_kernels.select("avx512-vnni")
+    want = [cpu_kernels.int4_vnni_linear(x, *int4, n), cpu_kernels.int8_vnni_linear(x, *int8, n)]
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 @pytest.mark.parametrize(
@@ -282,3 +324,61 @@ def test_rope_store_kv_matches_the_complex_multiply_and_index_copy(heads, kv_hea
     assert torch.equal(v_cache.view(-1, kv_heads, dim), want_v)
     with pytest.raises(RuntimeError, match="slot out of the cache"):
         cpu_kernels.rope_store_kv(qkv.clone(), rope, k_cache, v_cache, slots + 100, heads, kv_heads)
+
+
+@pytest.mark.parametrize("dot", ["avx-vnni", "avx512vl-vnni"])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones(kernel_family: str, dot: str, rows):
+    """The AVX2 build runs its tiles on 8-lane vpdpbusd where the CPU has AVX-VNNI; the
+    same code with AVX-512's encoding of that instruction runs it on an AVX-512 CPU.
+    Both give vpmaddubsw's bits (the integer dot products are exact either way)."""
+    from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_rows
+
+    if kernel_family != "avx2":
+        pytest.skip("the AVX2 build's choice")
+    flags = cpu_kernels.cpu_build.cpu_flags()
+    if dot == "avx-vnni" and "avx_vnni" not in flags:
+        pytest.skip("this CPU has no AVX-VNNI")
+    if dot == "avx512vl-vnni" and not {"avx512vl", "avx512_vnni"} <= flags:
+        pytest.skip("this CPU has no AVX512-VL VNNI")
+    torch.manual_seed(0)
+    n, k = 40, 160
+    int4 = tile_groups(*quantize_groups(torch.randn(n, k)))
+    q, scale = quantize_rows(torch.randn(n, k))
+    q[:, :32] = torch.randint(-127, 128, (n, 32), dtype=torch.int8)
+    int8 = tile_rows(q, scale)
+    x = torch.randn(rows, k) * torch.logspace(-3, 3, k)
+    before = cpu_kernels.avx2_dot("maddubs")
+    try:
+        want = [
+            cpu_kernels.int4_vnni_linear(x, *int4, n),
+            cpu_kernels.int8_vnni_linear(x, *int8, n),
+        ]
+        assert cpu_kernels.avx2_dot(dot) == dot
+        got = [cpu_kernels.int4_vnni_linear(x, *int4, n), cpu_kernels.int8_vnni_linear(x, *int8, n)]
+    finally:
+        cpu_kernels.avx2_dot(before)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    with pytest.raises(RuntimeError, match="maddubs, avx-vnni or avx512vl-vnni"):
+        cpu_kernels.avx2_dot("sse")
+
+
+def test_paged_decode_gives_the_same_bits_at_any_thread_count() -> None:
+    """The engine's thread tuner changes the count between steps; attention splits a
+    context by the CPUs, not the threads, so a step's result stays the same."""
+    torch.manual_seed(0)
+    block, dim, n_heads, n_kv, num_blocks = 16, 64, 9, 3, 64
+    k_cache = torch.randn(num_blocks, block, n_kv, dim)
+    v_cache = torch.randn(num_blocks, block, n_kv, dim)
+    lens = torch.tensor([300], dtype=torch.int32)
+    tables = torch.randperm(num_blocks)[:20].view(1, 20).to(torch.int32)
+    q = 3 * torch.randn(1, n_heads, dim)
+    threads = torch.get_num_threads()
+    got = []
+    try:
+        for n in (1, os.cpu_count() or 1):
+            torch.set_num_threads(n)
+            got.append(cpu_kernels.paged_decode(q, k_cache, v_cache, tables, lens, 0.125, None))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(got[0], got[1])

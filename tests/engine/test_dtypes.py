@@ -38,31 +38,37 @@ def test_int8_linear_matches_fp32_linear(rows: int):
     assert (got - exact).abs().max() <= 0.01 * exact.abs().max()
 
 
-@pytest.fixture(params=[True, False], ids=["vnni", "no-vnni"])
-def vnni(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    """Whether the quantized layers built in the test take the VNNI kernels' layout
-    (both are tested where the CPU has VNNI; the other layout everywhere)."""
+@pytest.fixture(params=["avx512-vnni", "avx2", "generic", "no-kernels"])
+def tiled(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Whether the quantized layers built in the test take the C++ kernels' tiled layout:
+    yes under each kernel family this CPU runs (the same layout for all), no without
+    the kernels."""
     from mellea.engine import cpu_kernels
 
-    if request.param and not cpu_kernels.int4_vnni_supported():
-        pytest.skip("no AVX512-VNNI")
-    monkeypatch.setattr(cpu_kernels, "int4_vnni_supported", lambda: request.param)
-    return request.param
+    if request.param == "no-kernels":
+        monkeypatch.setattr(cpu_kernels, "available", lambda: False)
+        yield False
+        return
+    if not cpu_kernels.cpu_runs(request.param):
+        pytest.skip(f"this CPU cannot run the {request.param} kernels")
+    before = cpu_kernels.select(request.param)
+    yield True
+    cpu_kernels.select(before)
 
 
 @pytest.mark.parametrize("rows", [1, 32, 33])  # the kernel, then the bf16 GEMM
-def test_int8_layouts_hold_the_same_weights(rows: int, vnni: bool):
+def test_int8_layouts_hold_the_same_weights(rows: int, tiled: bool):
     from mellea.engine.quant import INT8_VNNI_MAX_ROWS
 
     torch.manual_seed(0)
     weight, bias = torch.randn(40, 64), torch.randn(40)
     layer = Int8Linear(weight, bias)
-    assert layer.vnni == vnni
+    assert layer.tiled == tiled
     q = quantize_rows(weight)[0]
     assert torch.equal(layer.rows(), q)
     x = torch.randn(rows, 64)
     want = x.double() @ layer.dequantized().double().T + bias.double()
-    if vnni and rows <= INT8_VNNI_MAX_ROWS:
+    if tiled and rows <= INT8_VNNI_MAX_ROWS:
         from tests.engine.test_cpu_kernels import activation_error_bound
 
         bound = activation_error_bound(x, layer.dequantized()) + 1e-5
@@ -141,10 +147,11 @@ def test_auto_picks_int4_for_a_4bit_checkpoint_else_int8_or_float32(tmp_path, mo
     q4_dir, fp_dir = _checkpoint(tmp_path / "q4", four_bit), _checkpoint(tmp_path / "fp", trained)
     assert quant.checkpoint_is_4bit(q4_dir) and not quant.checkpoint_is_4bit(fp_dir)
     monkeypatch.setattr(quant.cpu_kernels, "available", lambda: True)
+    monkeypatch.setattr(quant.cpu_kernels, "family", lambda: "avx2")
     assert quant.resolve_format("auto", CPU, q4_dir) == "int4"
     assert quant.resolve_format("auto", CPU, fp_dir) == "int8"
     assert quant.resolve_format("auto", CPU) == "int8"  # no checkpoint to read
-    monkeypatch.setattr(quant.cpu_kernels, "available", lambda: False)
+    monkeypatch.setattr(quant.cpu_kernels, "family", lambda: "none")
     monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: False)
     assert quant.resolve_format("auto", CPU, q4_dir) == "float32"
     monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: True)
@@ -172,18 +179,18 @@ def test_int4_groups_round_trip_and_tell_4bit_weights_apart():
 
 
 @pytest.mark.parametrize("rows", [1, 31, 32, 33, 70])  # the kernel and the fp32 GEMM
-def test_int4_linear_rounds_only_its_weights(rows: int, vnni: bool):
-    """Exact for its stored weights on fp32 activations; on VNNI the activations keep
-    about 16 bits (see tests/engine/test_cpu_kernels.py for the bound)."""
+def test_int4_linear_rounds_only_its_weights(rows: int, tiled: bool):
+    """Exact for its stored weights on fp32 activations; in the kernels the activations
+    keep about 16 bits (see tests/engine/test_cpu_kernels.py for the bound)."""
     from mellea.engine.quant import Int4Linear
 
     torch.manual_seed(0)
     weight, bias = torch.randn(48, 64), torch.randn(48)
     layer = Int4Linear(weight, bias)
-    assert layer.vnni == vnni
+    assert layer.tiled == tiled
     x = torch.randn(rows, 64)
     want = x.double() @ layer.dequantized().double().T + bias.double()
-    if vnni:  # the kernel at every length
+    if tiled:  # the kernel at every length
         from tests.engine.test_cpu_kernels import activation_error_bound
 
         bound = activation_error_bound(x, layer.dequantized()) + 1e-5
@@ -339,16 +346,16 @@ def test_every_family_runs_in_each_format(fmt: str, tmp_path_factory, tiny_model
 
 
 @pytest.mark.parametrize("contexts", [[70], [40, 70, 9]])
-def test_fused_decode_layers_match_the_layer_path_bit_for_bit(make_engine, contexts):
-    """A decode-only int4 step on VNNI runs each Llama-shaped layer as one C++ op
-    (cpu_kernels.decode_layer); it must compute exactly what the layers' own path does."""
-    from mellea.engine import cpu_kernels
+def test_fused_decode_layers_match_the_layer_path_bit_for_bit(make_engine, contexts, tiled):
+    """A decode-only int4 step with the kernels (any family) runs each Llama-shaped layer
+    as one C++ op (cpu_kernels.decode_layer); it must compute exactly what the layers'
+    own path does."""
     from mellea.engine.scheduler import ScheduledBatch
     from mellea.engine.sequence import Sequence
     from mellea.engine.types import SamplingParams
 
-    if not cpu_kernels.int4_vnni_supported():
-        pytest.skip("no AVX512-VNNI")
+    if not tiled:
+        pytest.skip("the fused layer is a C++ op")
     runner = make_engine(dtype="int4").runner
     model = runner.model
     assert model._fused_layers() is not None  # the tiny Llama qualifies
@@ -372,3 +379,26 @@ def test_fused_decode_layers_match_the_layer_path_bit_for_bit(make_engine, conte
         layered = model(*args)
     assert torch.equal(fused, layered)
     assert layered.abs().max() > 0
+
+
+def test_auto_logs_its_format_the_kernel_family_and_why(tmp_path, monkeypatch, caplog):
+    """One line at start says what `auto` chose on which kernels; without AVX2 (the
+    generic kernels) the quantized formats lose to float32, so auto takes float32."""
+    import logging
+
+    import mellea.engine.quant as quant
+
+    torch.manual_seed(0)
+    four_bit = quant.dequantize_groups(*quant.quantize_groups(torch.randn(64, 96)))
+    q4_dir = _checkpoint(tmp_path / "q4", four_bit)
+    monkeypatch.setattr(quant, "_logged", set())
+    monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: False)
+    with caplog.at_level(logging.INFO, logger="mellea.engine.quant"):
+        for family, want in [("avx512-vnni", "int4"), ("avx2", "int4"), ("generic", "float32")]:
+            monkeypatch.setattr(quant.cpu_kernels, "family", lambda f=family: f)
+            assert quant.resolve_format("auto", CPU, q4_dir) == want
+            assert quant.resolve_format("auto", CPU, q4_dir) == want  # logged once
+    lines = [r.getMessage() for r in caplog.records if r.name == "mellea.engine.quant"]
+    assert len(lines) == 3
+    assert lines[1].startswith("weight format int4 (dtype auto), CPU kernels avx2: ")
+    assert "4-bit" in lines[1] and "float32" in lines[2] and "generic" in lines[2]

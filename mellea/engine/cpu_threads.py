@@ -1,0 +1,125 @@
+"""How many threads a CPU decode step uses, chosen by what is fast on this machine now.
+
+A decode step of a small model is ~120 parallel regions of tens of microseconds each,
+and every region ends in a barrier. With as many threads as cores and one other busy
+process on the machine, one of our threads keeps losing its core for a whole scheduler
+slice (milliseconds) while the other waits at the barrier: a batch-1 int4 step of the
+default model took 46 ms with 2 threads against 5.8 ms with 1 (2 cores, load ~4;
+benchmarks/README.md). No fixed count is right: alone, 2 threads are faster. So the
+engine thread measures: every few seconds it runs a few decode steps at each candidate
+count (all cores, half, one) and keeps the fastest per token until the next probe.
+``MELLEA_CPU_THREADS=N`` pins the count instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+THREADS_ENV = "MELLEA_CPU_THREADS"
+PROBE_STEPS = 4  # decode steps timed per candidate (after one to settle)
+PROBE_EVERY_S = 3.0  # seconds between probes, doubled while the choice holds ...
+PROBE_EVERY_MAX_S = 48.0  # ... up to this
+ABANDON = 2.0  # a candidate this many times slower per token than the current is dropped
+
+
+def _candidates(most: int, current: int) -> list[int]:
+    """The counts a probe times, the current one first (the others' baseline)."""
+    others = sorted({most, max(1, most // 2), 1} - {current}, reverse=True)
+    return [current, *others]
+
+
+class ThreadTuner:
+    """Sets ``torch``'s thread count on the calling (engine) thread, step by step.
+
+    Call :meth:`before_step` before a step and :meth:`after_step` after it with the
+    step's tokens and seconds; only decode-only steps are measured (a prompt chunk's
+    cost per token is another matter). A probe costs little: a candidate that runs a
+    step :data:`ABANDON` times slower than the current count is dropped at once, and
+    while the choice holds the probes grow rarer."""
+
+    def __init__(self, most: int | None = None, clock=time.perf_counter) -> None:
+        pinned = os.environ.get(THREADS_ENV, "").strip()
+        self.most = most or torch.get_num_threads()
+        self.pinned = int(pinned) if pinned.isdigit() and int(pinned) > 0 else None
+        self.clock = clock
+        self.current = self.pinned or self.most
+        self._queue: list[int] = []  # candidates still to time in this probe
+        self._timed: dict[int, list[float]] = {}  # candidate -> seconds per token
+        self._next_probe = 0.0
+        self._interval = PROBE_EVERY_S
+        self._skip = 0
+        self._threads_set = 0  # what torch has now on this thread (0: not set yet)
+
+    def step(self, run: Callable[[], T], tokens: int, decode_only: bool) -> T:
+        """``run()`` (one step of ``tokens`` tokens) at the thread count for it, timed."""
+        self.before_step()
+        start = time.perf_counter()
+        out = run()
+        self.after_step(tokens, time.perf_counter() - start, decode_only)
+        return out
+
+    def _use(self, threads: int) -> None:
+        if threads != self._threads_set:
+            torch.set_num_threads(threads)
+            self._threads_set = threads
+
+    def before_step(self) -> None:
+        """Start a probe when it is time; set the thread count for this step."""
+        if self.pinned or self.most <= 1:
+            self._use(self.current)
+            return
+        if not self._queue and self.clock() >= self._next_probe:
+            self._queue = _candidates(self.most, self.current)
+            self._timed = {}
+            self._skip = 1
+        self._use(self._queue[0] if self._queue else self.current)
+
+    def _median(self, threads: int) -> float:
+        times = sorted(self._timed[threads])
+        return times[len(times) // 2]
+
+    def after_step(self, tokens: int, seconds: float, decode_only: bool) -> None:
+        """Record a step; at a probe's end, keep the fastest count per token."""
+        if not self._queue or not decode_only or tokens <= 0:
+            return
+        candidate, per_token = self._queue[0], seconds / tokens
+        baseline = self._timed.get(self.current) if candidate != self.current else None
+        if baseline and per_token > ABANDON * self._median(self.current):
+            self._timed[candidate] = [per_token]  # clearly slower: no more steps at it
+            self._next_candidate()
+            return
+        if self._skip:  # the first step at a new count pays for the switch
+            self._skip -= 1
+            return
+        times = self._timed.setdefault(candidate, [])
+        times.append(per_token)
+        if len(times) >= PROBE_STEPS:
+            self._next_candidate()
+
+    def _next_candidate(self) -> None:
+        self._queue.pop(0)
+        self._skip = 1
+        if self._queue:
+            return
+        best = min(self._timed, key=self._median)
+        if best != self.current:
+            log.info(
+                "CPU threads %d -> %d (ms per token: %s)",
+                self.current,
+                best,
+                ", ".join(f"{n}: {self._median(n) * 1e3:.2f}" for n in self._timed),
+            )
+            self._interval = PROBE_EVERY_S
+        else:
+            self._interval = min(2 * self._interval, PROBE_EVERY_MAX_S)
+        self.current = best
+        self._next_probe = self.clock() + self._interval

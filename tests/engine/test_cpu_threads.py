@@ -1,0 +1,89 @@
+"""The engine thread's choice of CPU threads (mellea/engine/cpu_threads.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mellea.engine import cpu_threads
+from mellea.engine.cpu_threads import PROBE_EVERY_S, PROBE_STEPS, ThreadTuner
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def threads_set(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """What the tuner asks torch for, recorded instead of applied."""
+    calls: list[int] = []
+    monkeypatch.setattr(cpu_threads.torch, "set_num_threads", calls.append)
+    monkeypatch.delenv(cpu_threads.THREADS_ENV, raising=False)
+    return calls
+
+
+def run(
+    tuner: ThreadTuner, clock: Clock, threads_set: list[int], cost: dict[int, float], steps: int
+):
+    """``steps`` decode steps of 4 tokens; a step at n threads takes cost[n] seconds.
+    Returns each step's thread count."""
+    counts = []
+    for _ in range(steps):
+        tuner.before_step()
+        counts.append(threads_set[-1])
+        seconds = cost[counts[-1]]
+        clock.now += seconds
+        tuner.after_step(4, seconds, decode_only=True)
+    return counts
+
+
+def test_keeps_the_fastest_count_and_probes_again_when_the_machine_changes(threads_set):
+    clock = Clock()
+    tuner = ThreadTuner(most=4, clock=clock)
+    quiet = {4: 0.010, 2: 0.016, 1: 0.030}
+    run(tuner, clock, threads_set, quiet, 3 * (PROBE_STEPS + 1))  # one probe of 4, 2, 1
+    assert set(threads_set) == {4, 2, 1} and tuner.current == 4
+    run(tuner, clock, threads_set, quiet, 5)
+    assert threads_set[-1] == 4  # kept between probes
+    busy = {4: 0.080, 2: 0.012, 1: 0.020}  # a neighbour took cores: barriers wait
+    clock.now += 2 * PROBE_EVERY_S  # the choice held, so the next probe came later
+    run(tuner, clock, threads_set, busy, 3 * (PROBE_STEPS + 1))
+    assert tuner.current == 2
+    run(tuner, clock, threads_set, busy, 3)
+    assert threads_set[-1] == 2
+
+
+def test_a_much_slower_count_is_dropped_after_one_step(threads_set):
+    clock = Clock()
+    tuner = ThreadTuner(most=2, clock=clock)
+    run(tuner, clock, threads_set, {2: 0.010, 1: 0.030}, 2 * (PROBE_STEPS + 1))
+    assert tuner.current == 2
+    clock.now += 100.0
+    busy = {2: 0.500, 1: 0.012}  # 1 thread is now the fast one: switch to it
+    run(tuner, clock, threads_set, busy, 2 * (PROBE_STEPS + 1))
+    assert tuner.current == 1
+    clock.now += 100.0
+    counts = run(tuner, clock, threads_set, busy, 3 * PROBE_STEPS)
+    # The probe timed 1 thread, then dropped 2 threads after a single slow step.
+    assert counts.count(2) == 1 and counts[: PROBE_STEPS + 1] == [1] * (PROBE_STEPS + 1)
+    assert tuner.current == 1
+
+
+def test_prompt_steps_do_not_count(threads_set):
+    clock = Clock()
+    tuner = ThreadTuner(most=2, clock=clock)
+    for _ in range(50):  # prompt chunks only: the probe never ends
+        tuner.before_step()
+        tuner.after_step(512, 1.0, decode_only=False)
+    assert tuner.current == 2 and threads_set == [2]
+
+
+def test_an_env_setting_pins_the_count(threads_set, monkeypatch):
+    monkeypatch.setenv(cpu_threads.THREADS_ENV, "1")
+    clock = Clock()
+    tuner = ThreadTuner(most=2, clock=clock)
+    run(tuner, clock, threads_set, {1: 0.05, 2: 0.01}, 30)
+    assert set(threads_set) == {1}
