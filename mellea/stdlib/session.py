@@ -326,6 +326,8 @@ class MelleaSession:
         return [await self._validate_one(as_requirement(r), ctx) for r in items]
 
     async def _validate_one(self, requirement: Requirement, ctx: Context) -> ValidationResult:
+        if type(requirement).validate is not Requirement.validate:  # a subclass's own check
+            return await requirement.validate(self.backend, ctx)
         if requirement.validation_fn is not None:
             verdict = requirement.validation_fn(ctx)
             if isinstance(verdict, ValidationResult):
@@ -334,11 +336,7 @@ class MelleaSession:
         # No function: ask the model itself to judge the output.
         output = ctx.last_output()
         text = output.value if output is not None and output.value is not None else ""
-        question = (
-            f"Here is a text:\n\n{text}\n\n"
-            f"Does this text satisfy the requirement: {requirement.description}\n"
-            "Answer with yes or no."
-        )
+        question = requirement.judge_prompt(text)
         judge = await self.backend.generate(
             [{"role": "user", "content": question}], model_options=dict(JUDGE_OPTIONS)
         )
