@@ -262,6 +262,29 @@ class MelleaSession:
             action, generate, reqs, strategy, return_sampling_results, await_result
         )
 
+    # -- query / transform (MObjects; see mellea.stdlib.mobject_calls) ----------
+
+    def query(self, obj: Any, query: str, **kwargs: Any) -> ModelOutputThunk:
+        """Ask ``query`` about ``obj`` (mified if needed); the answer, computed."""
+        kwargs["await_result"] = True
+        return run_sync(self.aquery(obj, query, **kwargs))
+
+    async def aquery(self, obj: Any, query: str, **kwargs: Any) -> ModelOutputThunk:
+        """Async :meth:`query` (uncomputed unless ``await_result=True``)."""
+        from mellea.stdlib.mobject_calls import aquery
+
+        return await aquery(self, obj, query, **kwargs)
+
+    def transform(self, obj: Any, transformation: str, **kwargs: Any) -> Any:
+        """Ask for ``transformation`` of ``obj``: a called tool's result, else the answer."""
+        return run_sync(self.atransform(obj, transformation, **kwargs))
+
+    async def atransform(self, obj: Any, transformation: str, **kwargs: Any) -> Any:
+        """Async :meth:`transform`."""
+        from mellea.stdlib.mobject_calls import atransform
+
+        return await atransform(self, obj, transformation, **kwargs)
+
     # -- chat ------------------------------------------------------------------
 
     def chat(self, content: str, role: str = "user", **kwargs: Any) -> Message:
