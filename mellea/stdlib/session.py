@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from mellea.backends.base import Backend
 from mellea.core._sync import run_sync
-from mellea.core.base import CBlock, Component, Span
+from mellea.core.base import CBlock, Component, GenerateLog, Span
 from mellea.core.content import user_content
 from mellea.core.model_options import ModelOption
 from mellea.core.requirement import Requirement, ValidationResult
@@ -182,7 +182,9 @@ class MelleaSession:
         (:mod:`mellea.core.trace`) when the server records one.
         """
         trace = current_trace()
-        sampling = strategy is not None and bool(reqs)
+        sampling = strategy is not None and (
+            bool(reqs) or getattr(strategy, "samples_without_requirements", False)
+        )
         run = trace.sampling_started() if trace is not None and sampling else None
         model = getattr(self.backend, "model_id", None)
 
@@ -194,6 +196,8 @@ class MelleaSession:
                 else:
                     trace.model_call(thunk, "generate", model=model)
             return thunk
+
+        traced.__dict__.update(getattr(generate, "__dict__", {}))  # the request, for strategies
 
         if not sampling:
             thunk = await traced(0)
@@ -222,6 +226,9 @@ class MelleaSession:
         if trace is not None:
             trace.sampled(result, run)
         _parse_into(action, result.result)
+        if not result.sample_contexts:
+            base = self.ctx.add(action)
+            result.sample_contexts = [base.add(g) for g in result.sample_generations]
         self._record(action, result.result)
         return result if return_sampling_results else result.result
 
@@ -314,6 +321,7 @@ class MelleaSession:
         thunk = await self.backend.generate(
             messages, model_options=options, format=format, tool_calls=tool_calls
         )
+        thunk._generate_log = GenerateLog(prompt=messages, model_options=options)  # type: ignore[attr-defined]
         trace = current_trace()
         if trace is not None:
             trace.model_call(thunk, "chat", model=getattr(self.backend, "model_id", None))
@@ -392,14 +400,33 @@ class MelleaSession:
         """``generate(attempt, retry)`` for a sampling strategy: one backend call."""
 
         async def generate(attempt: int, retry: Retry | None = None) -> ModelOutputThunk:
-            return await self.backend.generate(
-                retry.apply(messages) if retry is not None else messages,
+            sent = retry.apply(messages) if retry is not None else messages
+            thunk = await self.backend.generate(
+                sent,
                 model_options=_reseeded(options, attempt),
                 format=format,
                 tool_calls=tool_calls,
             )
+            thunk._generate_log = GenerateLog(prompt=sent, model_options=options)  # type: ignore[attr-defined]
+            return thunk
 
+        # what a strategy that makes its own calls (budget forcing, SOFAI) needs
+        generate.__dict__.update(
+            messages=messages,
+            options=options,
+            format=format,
+            tool_calls=tool_calls,
+            backend=self.backend,
+        )
         return generate
+
+    def last_prompt(self) -> str | list[dict[str, Any]] | None:
+        """The messages sent for the newest output in the context, if known."""
+        output = self.ctx.last_output()
+        log = getattr(output, "_generate_log", None)
+        if isinstance(log, list) and log:
+            log = log[-1]
+        return log.prompt if isinstance(log, GenerateLog) else None
 
     def _render(self, action: Component | CBlock) -> str:
         """The user message text an action becomes."""

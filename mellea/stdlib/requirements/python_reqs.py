@@ -140,8 +140,8 @@ class PythonExecutionReq(Requirement):
             timeout, execution_tier = execution_tier, "static"
         if allow_unsafe_execution and execution_tier == "static":
             execution_tier = "local" if timeout is not None else "local_unsafe"
-        if use_sandbox and execution_tier in ("static", "local_unsafe", "local"):
-            execution_tier = "docker"
+        if use_sandbox and execution_tier in ("static", "local_unsafe"):
+            execution_tier = "local"  # ours: the sandbox is ours, not Docker
         if timeout is not None and execution_tier in ("local", "docker"):
             base = policy or (DOCKER_POLICY if execution_tier == "docker" else LOCAL_POLICY)
             policy = dataclasses.replace(base, timeout=timeout)

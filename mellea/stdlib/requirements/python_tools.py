@@ -164,12 +164,13 @@ def python_code_generation_requirements(
     use_sandbox: bool = False,
 ) -> list[Requirement]:
     """The four checks for generated code: extraction, syntax, execution (``static``
-    tier, or ``docker`` with ``use_sandbox``), and the import rule."""
+    tier; with ``use_sandbox`` the ``local`` tier, our sandbox, where upstream uses
+    Docker), and the import rule."""
     if timeout_seconds <= 0:
         raise ValueError(f"timeout_seconds must be positive, got {timeout_seconds}")
     if output_limit_chars <= 0:
         raise ValueError(f"output_limit_chars must be positive, got {output_limit_chars}")
-    tier: ExecutionTier = "docker" if use_sandbox else "static"
+    tier: ExecutionTier = "local" if use_sandbox else "static"  # ours: our sandbox, not Docker
     from dataclasses import replace
 
     policy = replace(LOCAL_POLICY, timeout=timeout_seconds) if use_sandbox else None
