@@ -158,3 +158,10 @@ def test_session_uses_an_overridden_validate():
     result = m.instruct("q", requirements=[AlwaysNo("x")], return_sampling_results=True)
     assert not result.success
     assert result.sample_validations[0][0][1].reason == "never"
+
+
+def test_instruction_shows_a_requirements_own_format_for_llm():
+    backend = ScriptedBackend(["ok"])
+    req = MaxSentences(2)  # no description, only format_for_llm
+    MelleaSession(backend).instruct("Write.", requirements=[req], strategy=None)
+    assert "At most 2 sentences." in backend.calls[0]["messages"][-1]["content"]
