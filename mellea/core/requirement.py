@@ -159,7 +159,12 @@ class Requirement(Component[str]):
         )
         answer = await judge.avalue()
         reason = self.description if answer.strip().lower() in ("yes", "no") else answer
-        return ValidationResult(self.output_to_bool(answer), reason=reason, thunk=judge)
+        return ValidationResult(
+            self.output_to_bool(answer),
+            reason=reason,
+            thunk=judge,
+            context=ctx.add(self).add(judge),
+        )
 
     async def stream_validate(
         self, chunk: str, *, backend: Backend, ctx: Context

@@ -375,7 +375,12 @@ class MelleaSession:
         if trace is not None:
             trace.judged(judge, requirement, getattr(self.backend, "model_id", None), output)
         answer = await judge.avalue()
-        return ValidationResult(requirement.output_to_bool(answer), reason=answer, thunk=judge)
+        return ValidationResult(
+            requirement.output_to_bool(answer),
+            reason=answer,
+            thunk=judge,
+            context=ctx.add(requirement).add(judge),  # upstream's validation context
+        )
 
     # -- helpers ---------------------------------------------------------------
 

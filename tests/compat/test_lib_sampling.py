@@ -212,3 +212,12 @@ def test_sample_contexts_and_last_prompt():
     assert m.last_prompt()[-1]["content"].startswith("Say good.")
     m.chat("hello")
     assert m.last_prompt()[-1] == {"role": "user", "content": "hello"}
+
+
+def test_a_model_judged_check_keeps_its_context():
+    backend = ScriptedBackend(["an answer", "yes"])
+    m = MelleaSession(backend)
+    result = m.instruct("q", requirements=["Be brief."], return_sampling_results=True)
+    _, verdict = result.sample_validations[0][0]
+    assert verdict.as_bool() and verdict.context.node_data is verdict.thunk
+    assert verdict.context.previous_node.node_data.description == "Be brief."
