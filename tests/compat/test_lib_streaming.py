@@ -165,3 +165,27 @@ def test_instruction_shows_a_requirements_own_format_for_llm():
     req = MaxSentences(2)  # no description, only format_for_llm
     MelleaSession(backend).instruct("Write.", requirements=[req], strategy=None)
     assert "At most 2 sentences." in backend.calls[0]["messages"][-1]["content"]
+
+
+def test_stream_events_reach_streaming_plugins():
+    """With the plugin system present, ``streaming_event`` / ``streaming_end`` handlers
+    see every event, in order (skipped until mellea.plugins is merged)."""
+    plugins = pytest.importorskip("mellea.plugins")
+    seen: list[str] = []
+    ends: list[bool] = []
+
+    @plugins.hook("streaming_event")
+    async def on_event(payload, ctx):
+        seen.append(type(payload.event).__name__)
+
+    @plugins.hook("streaming_end")
+    async def on_end(payload, ctx):
+        ends.append(payload.success)
+
+    async def go():
+        with plugins.plugin_scope(on_event, on_end):
+            return await _run(ScriptedBackend(["One. Two."]), chunking="sentence")
+
+    asyncio.run(go())
+    assert seen == ["ChunkEvent", "ChunkEvent", "StreamingDoneEvent", "CompletedEvent"]
+    assert ends == [True]
