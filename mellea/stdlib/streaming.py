@@ -96,8 +96,7 @@ class ErrorEvent(StreamEvent):
 
 async def _hook(kind: str, payload_name: str, **fields: Any) -> None:
     """Call the plugins registered for ``kind``, when the plugin system has any."""
-    try:
-        from mellea.plugins import hooks as _hooks  # noqa: F401
+    try:  # the plugin system is optional here: without it there is nobody to tell
         from mellea.plugins.hooks import streaming as payloads
         from mellea.plugins.manager import has_plugins, invoke_hook
         from mellea.plugins.types import HookType
