@@ -110,6 +110,7 @@ def test_policy_says_what_is_enforced():
         ("sudo whoami", "privilege"),
         ("rm -rf /home", "rm -rf"),
         ("rm -r -f x", "rm -rf"),
+        ("rm -R dir", "rm -r"),
         ("git push --force", "push --force"),
         ("git reset --hard", "reset --hard"),
         ("bash -i", "shells"),

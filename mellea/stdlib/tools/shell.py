@@ -2,7 +2,7 @@
 
 A command is split with shell quoting rules and run directly, never through a
 shell, so pipes, redirects, ``;``, ``&&``, substitutions and the like are refused.
-A deny list refuses privilege changes (sudo, su, ...), destructive forms (``rm -rf``,
+A deny list refuses privilege changes (sudo, su, ...), destructive forms (``rm -r`` / ``rm -rf``,
 ``git push --force``, ``git reset --hard``, ``mkfs``, ``dd``, ...), interactive or
 nested shells, and writes outside ``working_dir``, ``/tmp`` and ``allowed_paths``
 (and always under /etc, /sys, /proc, /dev, /boot, /usr, /bin, /sbin, /lib).
@@ -58,8 +58,8 @@ def _refusal(argv: list[str], working_dir: str | None, allowed_paths: list[str])
         return f"{program} is not allowed"
     short = "".join(f[1:] for f in flags if not f.startswith("--"))
     recursive = "r" in short.lower() or "--recursive" in flags
-    if program == "rm" and recursive and ("f" in short or "--force" in flags):
-        return "recursive forced delete (rm -rf) is not allowed"
+    if program == "rm" and recursive:
+        return "recursive delete (rm -r, rm -rf) is not allowed"
     if program == "git" and len(argv) > 1:
         sub = argv[1]
         if sub == "push" and ({"-f", "--force", "--force-with-lease"} & flags):
