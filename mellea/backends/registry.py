@@ -11,7 +11,9 @@ from mellea.backends.runtime import current_runtime
 LOCAL_NAMES = ("local", "hf", "huggingface")
 OPENAI_NAMES = ("openai",)
 OLLAMA_NAMES = ("ollama",)
-KNOWN_BACKENDS = LOCAL_NAMES + OPENAI_NAMES + OLLAMA_NAMES
+LITELLM_NAMES = ("litellm",)
+WATSONX_NAMES = ("watsonx",)
+KNOWN_BACKENDS = LOCAL_NAMES + OPENAI_NAMES + OLLAMA_NAMES + LITELLM_NAMES + WATSONX_NAMES
 
 
 def create_backend(
@@ -46,6 +48,16 @@ def create_backend(
         from mellea.backends.openai import OpenAIBackend
 
         return OpenAIBackend(model_id, model_options=model_options, **kwargs)
+    if key in LITELLM_NAMES:
+        from mellea.backends.litellm import LiteLLMBackend
+
+        args = {"model_id": model_id} if model_id is not None else {}
+        return LiteLLMBackend(**args, model_options=model_options, **kwargs)
+    if key in WATSONX_NAMES:
+        from mellea.backends.watsonx import WatsonxAIBackend
+
+        args = {"model_id": model_id} if model_id is not None else {}
+        return WatsonxAIBackend(**args, model_options=model_options, **kwargs)
     raise ValueError(f"unknown backend {name!r}; known backends: {', '.join(KNOWN_BACKENDS)}")
 
 

@@ -214,8 +214,30 @@ def span_text(item: Any) -> str:
         rendered = item.format_for_llm()
         if isinstance(rendered, str):
             return rendered
-        return str(rendered.args.get("content") or "")
+        return render_representation(rendered)
     return str(item)
+
+
+def render_representation(rep: TemplateRepresentation) -> str:
+    """A template representation as text: its ``template`` (Jinja) filled with its
+    args, else its ``content`` arg, else its args as ``name: value`` lines.
+
+    Args that are spans are rendered first, so a component can hold another.
+    """
+    args = {k: span_text(v) if _is_span(v) else v for k, v in rep.args.items()}
+    if rep.template:
+        import jinja2
+
+        return jinja2.Template(rep.template).render(**args)
+    if "content" in args:
+        return str(args["content"] or "")
+    return "\n".join(f"{k}: {v}" for k, v in args.items())
+
+
+def _is_span(value: Any) -> bool:
+    return isinstance(value, CBlock | ModelOutputThunk) or (
+        isinstance(value, Component) and not isinstance(value, type)
+    )
 
 
 P = ParamSpec("P")
@@ -278,5 +300,6 @@ __all__ = [
     "Span",
     "TemplateRepresentation",
     "blockify",
+    "render_representation",
     "span_text",
 ]

@@ -21,11 +21,22 @@ class SamplingResult:
         default_factory=list
     )
     sample_actions: list[Any] = field(default_factory=list)
+    sample_contexts: list[Any] = field(default_factory=list)
 
     @property
     def result(self) -> ModelOutputThunk:
         """The chosen generation."""
         return self.sample_generations[self.result_index]
+
+    @property
+    def result_ctx(self) -> Any:
+        """The context holding the chosen generation (the action, then the output)."""
+        return self.sample_contexts[self.result_index]
+
+    @property
+    def result_action(self) -> Any:
+        """The action that produced the chosen generation."""
+        return self.sample_actions[self.result_index]
 
     @property
     def value(self) -> str | None:

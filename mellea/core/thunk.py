@@ -22,6 +22,24 @@ class GenerationChunk:
     logprobs: list[TokenLogprob] | None = None  # one per token of ``text``, when asked for
 
 
+class GenerationInfo:
+    """A thunk's generation metadata (upstream's ``thunk.generation``)."""
+
+    def __init__(self, thunk: ModelOutputThunk) -> None:
+        self._thunk = thunk
+        self.model: str | None = None
+        self.provider: str | None = None
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        """Token counts, as :attr:`ModelOutputThunk.usage`."""
+        return self._thunk.usage
+
+    @usage.setter
+    def usage(self, value: dict[str, Any] | None) -> None:
+        self._thunk.usage = value
+
+
 DoneHook = Callable[["ModelOutputThunk"], Awaitable[None] | None]
 
 
@@ -95,6 +113,15 @@ class ModelOutputThunk:
         self._value = text
         self._computed = True
         self.parsed_repr = text
+
+    @property
+    def generation(self) -> GenerationInfo:
+        """Upstream's generation metadata: ``usage`` (the same dict as :attr:`usage`),
+        ``model`` and ``provider`` (``None`` unless a backend sets them)."""
+        info = self.__dict__.get("_generation")
+        if info is None:
+            info = self.__dict__["_generation"] = GenerationInfo(self)
+        return info
 
     def is_computed(self) -> bool:
         """Whether generation has finished and ``value`` holds the whole text."""

@@ -35,6 +35,17 @@ class ChatFormatter:
         for item in cs:
             if isinstance(item, Message):
                 messages.append(item)
+            elif isinstance(item, ModelOutputThunk) and item.tool_calls:
+                # the calls go with the reply, so the tool messages after it answer them
+                calls = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments_json},
+                    }
+                    for c in item.tool_calls
+                ]
+                messages.append(Message("assistant", item.value or "", tool_calls=calls))
             else:
                 messages.append(Message(span_role(item), self.print(item)))
         return messages

@@ -79,6 +79,33 @@ def validate(
     return run_sync(avalidate(reqs, context, backend, **kwargs))
 
 
+async def aquery(obj: Any, query: str, context: Context, backend: Backend, **kwargs: Any) -> Any:
+    """Ask about an object; see :meth:`MelleaSession.aquery`. ``(thunk, new_context)``."""
+    session = MelleaSession(backend, context)
+    return await session.aquery(obj, query, **kwargs), session.ctx
+
+
+def query(obj: Any, query: str, context: Context, backend: Backend, **kwargs: Any) -> Any:
+    """Ask about an object, computed; ``(thunk, new_context)``."""
+    kwargs["await_result"] = True
+    return run_sync(aquery(obj, query, context, backend, **kwargs))
+
+
+async def atransform(
+    obj: Any, transformation: str, context: Context, backend: Backend, **kwargs: Any
+) -> Any:
+    """Transform an object; see :meth:`MelleaSession.atransform`. ``(result, new_context)``."""
+    session = MelleaSession(backend, context)
+    return await session.atransform(obj, transformation, **kwargs), session.ctx
+
+
+def transform(
+    obj: Any, transformation: str, context: Context, backend: Backend, **kwargs: Any
+) -> Any:
+    """Synchronous :func:`atransform`."""
+    return run_sync(atransform(obj, transformation, context, backend, **kwargs))
+
+
 async def acall_tools(result: ModelOutputThunk, backend: Backend) -> list[ToolMessage]:
     """Run every tool call in ``result``; one ``tool`` message per call.
 
@@ -118,9 +145,13 @@ __all__ = [
     "achat",
     "act",
     "ainstruct",
+    "aquery",
+    "atransform",
     "avalidate",
     "call_tools",
     "chat",
     "instruct",
+    "query",
+    "transform",
     "validate",
 ]

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from mellea.backends.base import Backend
 from mellea.core._sync import run_sync
-from mellea.core.base import CBlock, Component, Span
+from mellea.core.base import CBlock, Component, GenerateLog, Span
 from mellea.core.content import user_content
 from mellea.core.model_options import ModelOption
 from mellea.core.requirement import Requirement, ValidationResult
@@ -241,7 +241,9 @@ class MelleaSession:
         (:mod:`mellea.core.trace`) when the server records one.
         """
         trace = current_trace()
-        sampling = strategy is not None and bool(reqs)
+        sampling = strategy is not None and (
+            bool(reqs) or getattr(strategy, "samples_without_requirements", False)
+        )
         run = trace.sampling_started() if trace is not None and sampling else None
         model = getattr(self.backend, "model_id", None)
 
@@ -253,6 +255,8 @@ class MelleaSession:
                 else:
                     trace.model_call(thunk, "generate", model=model)
             return thunk
+
+        traced.__dict__.update(getattr(generate, "__dict__", {}))  # the request, for strategies
 
         if not sampling:
             thunk = await traced(0)
@@ -297,6 +301,9 @@ class MelleaSession:
         if trace is not None:
             trace.sampled(result, run)
         _parse_into(action, result.result)
+        if not result.sample_contexts:
+            base = self.ctx.add(action)
+            result.sample_contexts = [base.add(g) for g in result.sample_generations]
         self._record(action, result.result)
         return result if return_sampling_results else result.result
 
@@ -334,6 +341,29 @@ class MelleaSession:
         run = await hook_points.component_pre_execute(run, self.ctx, self.backend)
         messages = self._messages_for(self._render(action), run.model_options)
         return await self._run_component(run, messages, return_sampling_results, await_result)
+
+    # -- query / transform (MObjects; see mellea.stdlib.mobject_calls) ----------
+
+    def query(self, obj: Any, query: str, **kwargs: Any) -> ModelOutputThunk:
+        """Ask ``query`` about ``obj`` (mified if needed); the answer, computed."""
+        kwargs["await_result"] = True
+        return run_sync(self.aquery(obj, query, **kwargs))
+
+    async def aquery(self, obj: Any, query: str, **kwargs: Any) -> ModelOutputThunk:
+        """Async :meth:`query` (uncomputed unless ``await_result=True``)."""
+        from mellea.stdlib.mobject_calls import aquery
+
+        return await aquery(self, obj, query, **kwargs)
+
+    def transform(self, obj: Any, transformation: str, **kwargs: Any) -> Any:
+        """Ask for ``transformation`` of ``obj``: a called tool's result, else the answer."""
+        return run_sync(self.atransform(obj, transformation, **kwargs))
+
+    async def atransform(self, obj: Any, transformation: str, **kwargs: Any) -> Any:
+        """Async :meth:`transform`."""
+        from mellea.stdlib.mobject_calls import atransform
+
+        return await atransform(self, obj, transformation, **kwargs)
 
     # -- chat ------------------------------------------------------------------
 
@@ -377,6 +407,7 @@ class MelleaSession:
                 tool_calls=run.tool_calls,
                 session_id=self.id,
             )
+            thunk._generate_log = GenerateLog(prompt=messages, model_options=run.model_options)  # type: ignore[attr-defined]
             trace = current_trace()
             if trace is not None:
                 trace.model_call(thunk, "chat", model=getattr(self.backend, "model_id", None))
@@ -429,6 +460,8 @@ class MelleaSession:
         return results
 
     async def _validate_one(self, requirement: Requirement, ctx: Context) -> ValidationResult:
+        if type(requirement).validate is not Requirement.validate:  # a subclass's own check
+            return await requirement.validate(self.backend, ctx)
         if requirement.validation_fn is not None:
             verdict = requirement.validation_fn(ctx)
             if isinstance(verdict, ValidationResult):
@@ -437,11 +470,7 @@ class MelleaSession:
         # No function: ask the model itself to judge the output.
         output = ctx.last_output()
         text = output.value if output is not None and output.value is not None else ""
-        question = (
-            f"Here is a text:\n\n{text}\n\n"
-            f"Does this text satisfy the requirement: {requirement.description}\n"
-            "Answer with yes or no."
-        )
+        question = requirement.judge_prompt(text)
         judge = await hook_points.generate(
             self.backend,
             [{"role": "user", "content": question}],
@@ -454,7 +483,12 @@ class MelleaSession:
         if trace is not None:
             trace.judged(judge, requirement, getattr(self.backend, "model_id", None), output)
         answer = await judge.avalue()
-        return ValidationResult(requirement.output_to_bool(answer), reason=answer, thunk=judge)
+        return ValidationResult(
+            requirement.output_to_bool(answer),
+            reason=answer,
+            thunk=judge,
+            context=ctx.add(requirement).add(judge),  # upstream's validation context
+        )
 
     # -- helpers ---------------------------------------------------------------
 
@@ -480,9 +514,10 @@ class MelleaSession:
         """``generate(attempt, retry)`` for a sampling strategy: one backend call."""
 
         async def generate(attempt: int, retry: Retry | None = None) -> ModelOutputThunk:
-            return await hook_points.generate(
+            sent = retry.apply(messages) if retry is not None else messages
+            thunk = await hook_points.generate(
                 self.backend,
-                retry.apply(messages) if retry is not None else messages,
+                sent,
                 action=action,
                 context=self.ctx,
                 model_options=_reseeded(options, attempt),
@@ -490,8 +525,26 @@ class MelleaSession:
                 tool_calls=tool_calls,
                 session_id=self.id,
             )
+            thunk._generate_log = GenerateLog(prompt=sent, model_options=options)  # type: ignore[attr-defined]
+            return thunk
 
+        # what a strategy that makes its own calls (budget forcing, SOFAI) needs
+        generate.__dict__.update(
+            messages=messages,
+            options=options,
+            format=format,
+            tool_calls=tool_calls,
+            backend=self.backend,
+        )
         return generate
+
+    def last_prompt(self) -> str | list[dict[str, Any]] | None:
+        """The messages sent for the newest output in the context, if known."""
+        output = self.ctx.last_output()
+        log = getattr(output, "_generate_log", None)
+        if isinstance(log, list) and log:
+            log = log[-1]
+        return log.prompt if isinstance(log, GenerateLog) else None
 
     def _render(self, action: Component | CBlock) -> str:
         """The user message text an action becomes."""

@@ -134,8 +134,10 @@ def test_sync_instruct_works_inside_a_running_loop():
 
 
 def test_unknown_backend_lists_known_ones():
-    with pytest.raises(ValueError, match="local, hf, huggingface, openai, ollama"):
-        mellea.start_session("watsonx")
+    with pytest.raises(
+        ValueError, match="local, hf, huggingface, openai, ollama, litellm, watsonx"
+    ):
+        mellea.start_session("bedrock-direct")
 
 
 def test_replace_keys():

@@ -8,7 +8,12 @@ from mellea.core.base import (
     blockify,
 )
 from mellea.core.thunk import ModelOutputThunk
-from mellea.stdlib.components.chat import Message, ToolMessage, as_chat_history
+from mellea.stdlib.components.chat import (
+    Message,
+    ToolMessage,
+    as_chat_history,
+    as_generic_chat_history,
+)
 from mellea.stdlib.components.docs import Document
 from mellea.stdlib.components.genstub import generative
 from mellea.stdlib.components.instruction import Instruction
@@ -26,6 +31,7 @@ __all__ = [
     "TemplateRepresentation",
     "ToolMessage",
     "as_chat_history",
+    "as_generic_chat_history",
     "blockify",
     "generative",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from mellea.core.base import CBlock, Component, Context, Span, TemplateRepresentation
@@ -167,3 +167,48 @@ def as_chat_history(ctx: Context) -> list[Message]:
         else:
             raise ValueError(f"cannot show {type(item).__name__} as a chat message")
     return history
+
+
+def _stringify(item: Any) -> str:
+    return str(item)
+
+
+def as_generic_chat_history(
+    ctx: Context, formatter: Callable[[object], str] | None = None
+) -> list[Message]:
+    """The context's spans as messages, whatever they are.
+
+    Messages stay as they are; a model output becomes an assistant message (its
+    parsed ``Message`` when it has one, else its text, else ``formatter(parsed)``);
+    a plain ``CBlock`` a user message with its text; anything else (a ``CBlock``
+    subclass, another component) a message with ``formatter(item)`` as content and
+    the component's own role, or ``user``. ``formatter`` defaults to ``str``.
+    """
+    from mellea.core.thunk import ModelOutputThunk
+
+    fmt = formatter or _stringify
+
+    def to_message(item: Any) -> Message:
+        if isinstance(item, Message):
+            return item
+        if isinstance(item, ModelOutputThunk):
+            parsed = item.parsed_repr
+            if isinstance(parsed, Message):
+                return parsed
+            if isinstance(parsed, str):
+                return Message("assistant", parsed)
+            if parsed is None:
+                if item.value is None:
+                    raise ValueError("a model output in the context has no value yet")
+                return Message("assistant", item.value)
+            return Message("assistant", fmt(parsed))
+        if type(item) is CBlock:
+            return Message("user", item.value or "")
+        role = getattr(item, "role", None)
+        if isinstance(item, Component) and not isinstance(item, CBlock):
+            rep = item.format_for_llm()
+            if isinstance(rep, TemplateRepresentation) and rep.role:
+                role = rep.role
+        return Message(role if role in get_args(Role) else "user", fmt(item))
+
+    return [to_message(item) for item in ctx.as_list()]

@@ -97,7 +97,7 @@ def render_instruction(
 ) -> str:
     """The user message an instruction becomes."""
     parts = [substitute(description, user_variables or {})]
-    shown = [r.description for r in requirements if r.description and not r.check_only]
+    shown = [t for r in requirements if not r.check_only and (t := _requirement_text(r))]
     if shown:
         parts.append("Requirements:\n" + "\n".join(f"- {d}" for d in shown))
     if grounding_context:
@@ -107,6 +107,13 @@ def render_instruction(
     if prefix:
         parts.insert(0, prefix)
     return "\n\n".join(parts)
+
+
+def _requirement_text(requirement: Requirement) -> str | None:
+    """What the prompt shows of a requirement: its ``format_for_llm()`` (a subclass may
+    override it), else its description."""
+    rendered = requirement.format_for_llm() if hasattr(requirement, "format_for_llm") else None
+    return rendered if isinstance(rendered, str) and rendered else requirement.description
 
 
 def substitute(text: str, variables: dict[str, str]) -> str:

@@ -17,8 +17,11 @@ from typing import Any
 from mellea.core.base import CBlock, Component, Context, ContextTurn, Span, span_text
 from mellea.stdlib.components.chat import Message
 from mellea.stdlib.context.compactor import (
+    Compactor,
     InlineCompactor,
+    LLMSummarizeCompactor,
     PinPredicate,
+    ThresholdCompactor,
     WindowCompactor,
     pin_nothing,
     pin_system,
@@ -75,7 +78,10 @@ class ChatContext(Context):
         if compactor is not None and window_size is not None:
             raise ValueError("pass either compactor or window_size, not both")
         if compactor is not None and not isinstance(compactor, InlineCompactor):
-            raise TypeError("ChatContext takes an InlineCompactor, such as WindowCompactor")
+            raise TypeError(
+                "ChatContext takes an InlineCompactor, such as WindowCompactor or "
+                "ThresholdCompactor (wrap a model-calling compactor in a ThresholdCompactor)"
+            )
         super().__init__()
         if window_size is not None:
             compactor = WindowCompactor(size=window_size)
@@ -143,13 +149,16 @@ class ChatContext(Context):
 __all__ = [
     "CBlock",
     "ChatContext",
+    "Compactor",
     "Component",
     "Context",
     "ContextTurn",
     "InlineCompactor",
+    "LLMSummarizeCompactor",
     "Message",
     "PinPredicate",
     "SimpleContext",
+    "ThresholdCompactor",
     "WindowCompactor",
     "pin_nothing",
     "pin_system",

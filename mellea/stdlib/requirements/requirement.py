@@ -52,12 +52,33 @@ def as_requirement(item: Requirement | str) -> Requirement:
 reqify = as_requirement  # upstream's name
 
 
+class LLMaJRequirement(Requirement):
+    """A requirement always judged by the model (upstream: never by an aLoRA adapter)."""
+
+    use_aloras: bool = False
+
+
+def requirement_check_to_bool(x: Any) -> bool:
+    """Read a requirement-check adapter's JSON (``{"requirement_check": {"score": s}}``):
+    true when ``s`` is above 0.5; a ValueError when the JSON has another shape."""
+    import json
+    import math
+
+    data = json.loads(x.value if hasattr(x, "value") else str(x))
+    score = (data.get("requirement_check") or {}).get("score") if isinstance(data, dict) else None
+    if not isinstance(score, int | float) or not math.isfinite(score) or not 0 <= score <= 1:
+        raise ValueError(f"not a requirement-check result: {data!r}")
+    return score > 0.5
+
+
 __all__ = [
+    "LLMaJRequirement",
     "Requirement",
     "ValidationResult",
     "as_requirement",
     "check",
     "req",
     "reqify",
+    "requirement_check_to_bool",
     "simple_validate",
 ]

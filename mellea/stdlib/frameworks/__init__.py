@@ -1,0 +1,1 @@
+"""Agent loops built on sessions (upstream's ``mellea.stdlib.frameworks``)."""
