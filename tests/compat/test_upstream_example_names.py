@@ -18,12 +18,7 @@ import pytest
 CORPUS = Path(__file__).parent / "upstream_examples" / "examples.json"
 
 CLI = "the `m alora` / `m decompose` modules are not ported yet (issue 23)"
-ADAPTERS = "intrinsics and LoRA adapters are not provided yet (issue 23, adapters)"
-BACKENDS = "hosted backends, the response cache and telemetry are not provided yet (issue 23)"
-STREAMING = "validated streaming is not provided yet (issue 23)"
-COMPONENTS = "mify, rich documents, react and the compactors are not provided yet (issue 23)"
-REQS_TOOLS = "the Python/shell sandbox requirements and tools are not provided yet (issue 23)"
-SAMPLING = "upstream's sampling presets are not provided yet (issue 23)"
+ADAPTERS = "intrinsics and LoRA adapters are not provided yet (issue 25, adapters)"
 
 # "module:name" (name empty for `import module`) -> why we do not provide it yet.
 EXPECTED_MISSING: dict[str, str] = {
@@ -37,62 +32,13 @@ EXPECTED_MISSING: dict[str, str] = {
     "mellea.backends.adapters.adapter:CustomIntrinsicAdapter": ADAPTERS,
     "mellea.backends.adapters.adapter:EmbeddedIntrinsicAdapter": ADAPTERS,
     "mellea.backends.adapters.adapter:IntrinsicAdapter": ADAPTERS,
-    "mellea.backends.bedrock:create_bedrock_litellm_backend": BACKENDS,
-    "mellea.backends.bedrock:create_bedrock_openai_backend": BACKENDS,
-    "mellea.backends.cache:SimpleLRUCache": BACKENDS,
-    "mellea.backends.litellm:LiteLLMBackend": BACKENDS,
-    "mellea.core.requirement:PartialValidationResult": STREAMING,
-    "mellea.stdlib.chunking:ChunkingStrategy": STREAMING,
     "mellea.stdlib.components:Intrinsic": ADAPTERS,
-    "mellea.stdlib.components:as_generic_chat_history": COMPONENTS,
-    "mellea.stdlib.components.docs.richdocument:RichDocument": COMPONENTS,
-    "mellea.stdlib.components.docs.richdocument:Table": COMPONENTS,
-    "mellea.stdlib.components.docs.richdocument:TableQuery": COMPONENTS,
     "mellea.stdlib.components.intrinsic:Intrinsic": ADAPTERS,
     "mellea.stdlib.components.intrinsic:core": ADAPTERS,
     "mellea.stdlib.components.intrinsic:guardian": ADAPTERS,
     "mellea.stdlib.components.intrinsic:rag": ADAPTERS,
-    "mellea.stdlib.components.mify:MifiedProtocol": COMPONENTS,
-    "mellea.stdlib.components.mify:mify": COMPONENTS,
-    "mellea.stdlib.components.react:MELLEA_FINALIZER_TOOL": COMPONENTS,
-    "mellea.stdlib.components.react:ReactInitiator": COMPONENTS,
-    "mellea.stdlib.components.react:_mellea_finalize_tool": COMPONENTS,
-    "mellea.stdlib.components.react:pin_react_initiator": COMPONENTS,
-    "mellea.stdlib.context:Compactor": COMPONENTS,
-    "mellea.stdlib.context:LLMSummarizeCompactor": COMPONENTS,
-    "mellea.stdlib.context:ThresholdCompactor": COMPONENTS,
-    "mellea.stdlib.context.chat:_rebuild_chat_context": COMPONENTS,
-    "mellea.stdlib.frameworks.react:react": COMPONENTS,
     "mellea.stdlib.requirements:ALoraRequirement": ADAPTERS,
-    "mellea.stdlib.requirements.plotting:MatplotlibHeadlessBackend": REQS_TOOLS,
-    "mellea.stdlib.requirements.plotting:PlotDependenciesAvailable": REQS_TOOLS,
-    "mellea.stdlib.requirements.plotting:PlotFileSaved": REQS_TOOLS,
-    "mellea.stdlib.requirements.python_reqs:PythonExecutionReq": REQS_TOOLS,
-    "mellea.stdlib.requirements.python_reqs:_has_python_code_listing": REQS_TOOLS,
-    "mellea.stdlib.requirements.python_tools:NoImportRestrictions": REQS_TOOLS,
-    "mellea.stdlib.requirements.python_tools:PythonCodeExtraction": REQS_TOOLS,
-    "mellea.stdlib.requirements.python_tools:PythonSyntaxValid": REQS_TOOLS,
     "mellea.stdlib.requirements.rag:GroundednessRequirement": ADAPTERS,
-    "mellea.stdlib.sampling:ModelFriendlyRepairStrategy": SAMPLING,
-    "mellea.stdlib.sampling:SOFAISamplingStrategy": SAMPLING,
-    "mellea.stdlib.sampling:python_code_generation_sampling": SAMPLING,
-    "mellea.stdlib.sampling:python_plotting_sampling": SAMPLING,
-    "mellea.stdlib.streaming:ChunkEvent": STREAMING,
-    "mellea.stdlib.streaming:CompletedEvent": STREAMING,
-    "mellea.stdlib.streaming:ErrorEvent": STREAMING,
-    "mellea.stdlib.streaming:FullValidationEvent": STREAMING,
-    "mellea.stdlib.streaming:QuickCheckEvent": STREAMING,
-    "mellea.stdlib.streaming:StreamingDoneEvent": STREAMING,
-    "mellea.stdlib.streaming:stream": STREAMING,
-    "mellea.stdlib.tools:python_tool": REQS_TOOLS,
-    "mellea.stdlib.tools.execution_policy:CapabilityPolicy": REQS_TOOLS,
-    "mellea.stdlib.tools.interpreter:python_tool": REQS_TOOLS,
-    "mellea.stdlib.tools.mcp:discover_mcp_tools": REQS_TOOLS,
-    "mellea.stdlib.tools.mcp:http_connection": REQS_TOOLS,
-    "mellea.stdlib.tools.shell:bash_executor": REQS_TOOLS,
-    "mellea.telemetry:is_metrics_enabled": BACKENDS,
-    "mellea.telemetry:is_tracing_enabled": BACKENDS,
-    "mellea.telemetry:with_context": BACKENDS,
 }
 
 
