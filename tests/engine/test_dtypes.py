@@ -132,23 +132,64 @@ def _checkpoint(path: Path, weight: torch.Tensor) -> Path:
     return path
 
 
-def test_auto_picks_int4_for_a_4bit_checkpoint_else_int8_or_float32(tmp_path, monkeypatch):
+def test_auto_serves_a_checkpoint_as_it_is_stored(tmp_path, monkeypatch):
+    """int4 for weights that are 4-bit already (a Q4 GGUF's), else the checkpoint's own
+    dtype: never int8, which rounds trained weights (issue 21)."""
     import mellea.engine.quant as quant
 
     torch.manual_seed(0)
     trained = torch.randn(64, 96)
     four_bit = quant.dequantize_groups(*quant.quantize_groups(trained))  # as from a Q4 GGUF
     q4_dir, fp_dir = _checkpoint(tmp_path / "q4", four_bit), _checkpoint(tmp_path / "fp", trained)
+    bf16_dir = _checkpoint(tmp_path / "bf16", trained.bfloat16())
+    fp16_dir = _checkpoint(tmp_path / "fp16", trained.half())
     assert quant.checkpoint_is_4bit(q4_dir) and not quant.checkpoint_is_4bit(fp_dir)
+    short_q4 = _checkpoint(tmp_path / "short", four_bit[:32])  # fewer rows than it reads
+    assert quant.checkpoint_is_4bit(short_q4) and not quant.checkpoint_is_4bit(bf16_dir)
+    assert [quant.stored_dtype(d) for d in (fp_dir, bf16_dir, fp16_dir)] == [
+        "float32",
+        "bfloat16",
+        "float16",
+    ]
     monkeypatch.setattr(quant.cpu_kernels, "available", lambda: True)
-    assert quant.resolve_format("auto", CPU, q4_dir) == "int4"
-    assert quant.resolve_format("auto", CPU, fp_dir) == "int8"
-    assert quant.resolve_format("auto", CPU) == "int8"  # no checkpoint to read
+    for native_bf16 in (True, False):
+        monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda native=native_bf16: native)
+        assert resolve_format("auto", CPU, q4_dir) == "int4"
+        assert resolve_format("auto", CPU, fp_dir) == "float32"
+        assert resolve_format("auto", CPU, fp16_dir) == "float32"  # bf16 would round fp16
+        want = "bfloat16" if native_bf16 else "float32"
+        assert resolve_format("auto", CPU, bf16_dir) == want
+        assert resolve_format("auto", CPU) == "float32"  # no checkpoint to read
     monkeypatch.setattr(quant.cpu_kernels, "available", lambda: False)
-    monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: False)
-    assert quant.resolve_format("auto", CPU, q4_dir) == "float32"
-    monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: True)
-    assert quant.resolve_format("auto", CPU, q4_dir) == "int8"
+    assert resolve_format("auto", CPU, q4_dir) == "float32"  # exact, and no slow int4
+
+
+@pytest.mark.model
+def test_auto_keeps_int4_for_the_default_model_converted_from_its_q4_gguf():
+    """The bundled model reaches the engine as fp32 safetensors (converted from its
+    Q4_1 GGUF), yet auto still serves it as the file held it."""
+    from mellea.engine import cpu_kernels
+    from mellea.engine.loader import resolve_model
+    from mellea.engine.quant import stored_dtype
+
+    path = resolve_model(None)
+    assert stored_dtype(path) == "float32"
+    want = "int4" if cpu_kernels.available() else "float32"
+    assert resolve_format("auto", CPU, path) == want
+
+
+def test_auto_names_the_faster_opt_in_once_at_start(tmp_path, tiny_model_dir, caplog):
+    from mellea.engine.core import EngineCore
+
+    with caplog.at_level("INFO", logger="mellea.engine"):
+        core = EngineCore(tiny_model_dir, dtype="auto")
+    assert core.config.weights == "float32"  # the tiny model is stored in fp32
+    notes = [r.getMessage() for r in caplog.records if "--dtype int8" in r.getMessage()]
+    assert len(notes) == 1 and "float32, the checkpoint's own" in notes[0], notes
+    caplog.clear()
+    with caplog.at_level("INFO", logger="mellea.engine"):
+        EngineCore(tiny_model_dir, dtype="float32")  # asked for: nothing to say
+    assert not [r for r in caplog.records if "--dtype int8" in r.getMessage()]
 
 
 def test_int4_groups_round_trip_and_tell_4bit_weights_apart():
