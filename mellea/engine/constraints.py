@@ -23,14 +23,17 @@ SAFE_INTEGER = 2**53 - 1  # the largest integer every JSON reader holds exactly
 def json_schema_grammar(schema: dict[str, Any]) -> str:
     """The llguidance grammar for JSON text matching ``schema`` (compact, no free whitespace).
 
-    Two tightenings keep a small model from running on until it runs out of tokens:
-    integers without bounds get the JSON safe-integer range, and objects that list
+    Three tightenings keep a small model from running on until it runs out of tokens:
+    integers without bounds get the JSON safe-integer range, objects that list
     their ``properties`` without saying ``additionalProperties`` allow no others (as
-    OpenAI's strict mode requires and xgrammar assumes by default).
+    OpenAI's strict mode requires and xgrammar assumes by default), and a value the
+    schema leaves free (``{"type": "object"}`` alone, ``{}``, ``true``, an array
+    without ``items``) nests at most :data:`FREE_DEPTH` levels, each object or array
+    of it holding at most :data:`FREE_MEMBERS` members (:func:`bounded_free_values`).
     """
     import llguidance
 
-    tightened = bounded_integers(closed_objects(schema))
+    tightened = bounded_integers(bounded_free_values(closed_objects(schema)))
     try:
         return llguidance.LLMatcher.grammar_from_json_schema(
             json.dumps(tightened), defaults={"whitespace_flexible": False}
@@ -77,6 +80,93 @@ def closed_objects(schema: Any) -> Any:
     open_ended = "additionalProperties" in schema or "patternProperties" in schema
     if isinstance(schema.get("properties"), dict) and not open_ended:
         result["additionalProperties"] = False
+    return result
+
+
+# A value the schema leaves free (any JSON) opens at most this many levels of arrays
+# and objects, each with at most FREE_MEMBERS members and strings of at most
+# FREE_STRING characters: a model that keeps opening objects (a `dict` return type,
+# whose schema is {"type": "object"}) must close them, and the text stays bounded.
+FREE_DEPTH = 3
+FREE_MEMBERS = 16
+FREE_STRING = 512
+FREE_KEY = 64  # characters of a free object's property names
+# Keywords that say nothing about a value's shape: a schema of only these is free.
+_ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "$schema", "$id"}
+
+
+def any_value(depth: int = FREE_DEPTH) -> dict[str, Any]:
+    """A schema for any JSON value of at most ``depth`` levels of nesting."""
+    options: list[dict[str, Any]] = [
+        {"type": "string", "maxLength": FREE_STRING},
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "null"},
+    ]
+    if depth > 0:
+        inner = any_value(depth - 1)
+        options.append({"type": "array", "items": inner, "maxItems": FREE_MEMBERS})
+        options.append(free_members({"type": "object"}, inner))
+    return {"anyOf": options}
+
+
+def free_members(schema: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (an object) with at most :data:`FREE_MEMBERS` members, each named in
+    at most :data:`FREE_KEY` characters and a ``value``. The names are bounded through
+    ``patternProperties`` (llguidance has no ``propertyNames``)."""
+    return {
+        **schema,
+        "patternProperties": {f"^.{{0,{FREE_KEY}}}$": value},
+        "additionalProperties": False,
+        "maxProperties": schema.get("maxProperties", FREE_MEMBERS),
+    }
+
+
+def _is_free(schema: Any) -> bool:
+    return schema is True or (isinstance(schema, dict) and set(schema) <= _ANNOTATIONS)
+
+
+def _has_type(schema: dict[str, Any], kind: str) -> bool:
+    declared = schema.get("type")
+    return declared == kind or (isinstance(declared, list) and kind in declared)
+
+
+def bounded_free_values(schema: Any) -> Any:
+    """A copy of ``schema`` where every value it leaves free is :func:`any_value`: a
+    free subschema (``{}``, ``true``, annotations only), the members of an object with
+    no ``properties`` and no (or a free) ``additionalProperties``, the items of an array
+    without (or with free) ``items``. Free members nest one level less than
+    :data:`FREE_DEPTH`, so the document does too."""
+    if _is_free(schema):
+        extra = schema if isinstance(schema, dict) else {}
+        return {**extra, **any_value()}
+    if isinstance(schema, list):
+        return [bounded_free_values(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _LITERALS:
+            result[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            result[key] = {name: bounded_free_values(sub) for name, sub in value.items()}
+        else:
+            result[key] = bounded_free_values(value)
+    member = any_value(FREE_DEPTH - 1)
+    named = "properties" in schema or "patternProperties" in schema
+    if (
+        _has_type(schema, "object")
+        and not named
+        and _is_free(schema.get("additionalProperties", {}))
+    ):
+        result = free_members(result, member)
+    if (
+        _has_type(schema, "array")
+        and "prefixItems" not in schema
+        and _is_free(schema.get("items", {}))
+    ):
+        result["items"] = member
+        result.setdefault("maxItems", FREE_MEMBERS)
     return result
 
 

@@ -31,6 +31,7 @@ from mellea.engine.config import (
 )
 from mellea.engine.constraints import Constraint
 from mellea.engine.model_runner import ModelRunner, StepInputs
+from mellea.engine.quant import faster_opt_in
 from mellea.engine.sampler import SamplingFailed
 from mellea.engine.scheduler import ScheduledBatch, Scheduler
 from mellea.engine.sequence import Sequence
@@ -99,6 +100,8 @@ class EngineCore:
             weights=resolve_format(dtype, dev, path),
             device=dev,
         )
+        if dtype == "auto" and (note := faster_opt_in(cfg.weights)) is not None:
+            log.info(note)
         per_token = self.model_config.kv_bytes_per_token(cfg.dtype)
         model_len = self.model_config.max_position_embeddings
         budget = kv_cache_budget(kv_cache_memory, dev, max_num_seqs * model_len * per_token)

@@ -11,6 +11,7 @@ strings and handing the outputs to each request's loop (``call_soon_threadsafe``
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import logging
 import threading
@@ -37,6 +38,21 @@ from mellea.engine.types import FinishReason, RequestOutput, SamplingParams
 from mellea.engine.validation import check_engine_sizes
 
 log = logging.getLogger("mellea.engine")
+
+# Engines whose thread may still run. At interpreter exit each is shut down (its thread
+# stopped and joined) before Python finalizes: a daemon engine thread left inside a
+# torch op while native libraries tear down their statics could abort the process
+# ("terminate called without an active exception") after a script's last line.
+_live_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_live_engines() -> None:
+    for engine in list(_live_engines):
+        try:
+            engine.shutdown()
+        except Exception:  # exiting anyway: one engine's failure must not keep the others
+            log.debug("engine shutdown at exit failed", exc_info=True)
 
 
 class RequestStream:
@@ -168,6 +184,7 @@ class Engine:
             target=self._main, args=(path, core_options), name="mellea-engine", daemon=True
         )
         self._thread.start()
+        _live_engines.add(self)
         self._built.wait()
         if self._build_error is not None:
             self._thread.join()

@@ -319,7 +319,11 @@ class DecoderModel(nn.Module):
         self.cfg = cfg
         self.fast_cpu = fast_cpu
         self.path = "torch" if fast_cpu else "kernels"  # see _norm
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # Given its (uninitialised) weight, the embedding skips its random init: on the
+        # meta device normal_ runs through torch._refs, which imports torch._dynamo and
+        # with it Triton, whose nanobind objects then print "leaked" lines at every exit.
+        table = torch.empty(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=table)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, fast_cpu) for i in range(cfg.num_layers))
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         if cfg.tie_word_embeddings:

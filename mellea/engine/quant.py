@@ -11,8 +11,9 @@ cache, logits); a format only changes how the big matrices are stored and multip
 In both, the embedding stays fp32 and the LM head's best logits are recomputed from
 its fp32 rows (:class:`RefinedHead`).
 
-``auto`` picks the fastest format that passed our quality bar on this hardware (see
-:func:`resolve_format`). On CUDA a format is the whole model's dtype, as before.
+``auto`` serves a checkpoint as it is stored (see :func:`auto_cpu_format`): int4 for
+one whose weights are 4-bit already, else its own dtype; the other formats are opt-ins.
+On CUDA a format is the whole model's dtype, as before.
 """
 
 from __future__ import annotations
@@ -43,7 +44,10 @@ _TORCH = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX)."""
+    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX), and PyTorch may
+    use it (``ATEN_CPU_CAPABILITY=avx2``, the AVX2 path, says it may not)."""
+    if not torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        return False
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
 
@@ -55,9 +59,10 @@ def resolve_format(
     ``model_path``, which ``auto`` reads).
 
     ``None`` is ``float32`` on CPU (the exact path, the library's default) and
-    ``bfloat16`` on a GPU. ``"auto"`` on a GPU is ``bfloat16``; on a CPU see
-    :func:`_auto_cpu_format` (it logs its choice). ``ValueError`` for an unknown
-    name, or a format the device cannot run (int8 and int4 are CPU-only).
+    ``bfloat16`` on a GPU. ``"auto"`` on a GPU is ``bfloat16``; on a CPU it is
+    :func:`auto_cpu_format`: the checkpoint as it is stored, never a rounding of its
+    weights. ``ValueError`` for an unknown name, or a format the device cannot run
+    (int8 and int4 are CPU-only).
     """
     if isinstance(dtype, torch.dtype):
         names = {v: k for k, v in _TORCH.items()}
@@ -71,9 +76,7 @@ def resolve_format(
         if fmt not in (*FORMATS, "float16"):
             raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(FORMATS)}")
     if fmt == "auto":
-        if device.type != "cpu":
-            return "bfloat16"
-        return _auto_cpu_format(model_path)
+        return "bfloat16" if device.type != "cpu" else auto_cpu_format(model_path)
     if fmt in ("int8", "int4") and device.type != "cpu":
         raise ValueError(f"dtype {fmt!r} runs on CPU only")
     return fmt
@@ -82,34 +85,90 @@ def resolve_format(
 _logged: set[str] = set()
 
 
-def _auto_cpu_format(model_path: str | Path | None) -> str:
-    """``auto`` on a CPU: the fastest format here that loses nothing or passed our
-    quality bar, by the kernel family this CPU runs (:func:`cpu_kernels.family`).
+def auto_cpu_format(model_path: str | Path | None) -> str:
+    """What ``--dtype auto`` serves the checkpoint at ``model_path`` in on a CPU: what
+    the file holds, so that the answers are the checkpoint's own, in the fastest way
+    this CPU's kernel family (:func:`cpu_kernels.family`) runs it.
 
-    With the AVX-512 or AVX2 kernels: ``int4`` when the checkpoint's linear weights are
-    4-bit already (a Q4 GGUF, like the default model), which int4 holds exactly and
-    which is the fastest format on both families (benchmarks/README.md); otherwise
-    ``int8``. With the generic kernels (a CPU without AVX2), none, or native bf16 only:
-    ``int8`` where the CPU multiplies bf16 natively, else ``float32`` (the generic
-    integer kernels are slower than float32's GEMM). Logs the choice for a model, and
-    why, once.
+    ``int4`` when every linear weight is 4-bit already (dequantized from a Q4 GGUF,
+    like the default model) and the AVX-512 or AVX2 kernels run here: int4 holds those
+    weights exactly and is the fastest format on both families (benchmarks/README.md).
+    Otherwise the checkpoint's own dtype: ``bfloat16`` for a bf16 checkpoint where the
+    CPU multiplies bf16 natively (:func:`cpu_has_native_bf16`), ``float32`` for the
+    rest (fp32 holds fp16 and bf16 weights exactly; the generic kernels' int4 is slower
+    than float32's GEMM). Faster formats that round trained weights (``int8``) are an
+    opt-in: see :func:`faster_opt_in`. Logs the choice for a model, the kernel family
+    and why, once.
     """
+    if model_path is None:
+        return "float32"
+    path = Path(model_path)
     family = cpu_kernels.family()
-    fast = family in ("avx512-vnni", "avx2")
-    if fast and model_path is not None and checkpoint_is_4bit(Path(model_path)):
+    four_bit = checkpoint_is_4bit(path)
+    if four_bit and family in ("avx512-vnni", "avx2"):
         fmt, why = "int4", "the checkpoint's weights are 4-bit already: int4 holds them exactly"
-    elif fast:
-        fmt, why = "int8", "the fastest format within the quality bar on these kernels"
-    elif cpu_has_native_bf16():
-        fmt, why = "int8", "no SIMD kernels, but native bf16 multiplies int8 widened to bf16"
+    elif stored_dtype(path) == "bfloat16" and cpu_has_native_bf16():
+        fmt, why = "bfloat16", "the checkpoint's own dtype, which this CPU multiplies natively"
+    elif four_bit:
+        fmt, why = "float32", "4-bit weights, but without AVX2 int4 is slower than float32"
     else:
-        fmt = "float32"
-        why = "without AVX2 the quantized formats are slower than float32's GEMM"
+        fmt, why = "float32", "the checkpoint's own weights, exactly"
     line = f"weight format {fmt} (dtype auto), CPU kernels {family}: {why}"
-    if model_path is not None and line not in _logged:  # (None: a caller wants the dtype)
+    if line not in _logged:
         _logged.add(line)
         log.info("%s", line)
     return fmt
+
+
+# safetensors dtype names of the float formats a checkpoint may store its weights in.
+_STORED = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float32"}
+
+
+def stored_dtype(model_dir: Path) -> str | None:
+    """The float dtype the safetensors checkpoint in ``model_dir`` stores its linear
+    weights in (``float32``, ``bfloat16`` or ``float16``; the widest if they differ),
+    read from the files' headers; None when there is no such weight.
+    """
+    import json
+    import struct
+
+    found: set[str] = set()
+    for file in sorted(model_dir.glob("*.safetensors")) if model_dir.is_dir() else []:
+        with open(file, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+        for name, entry in header.items():
+            if name == "__metadata__" or not name.endswith(".weight"):
+                continue
+            if any(part in name for part in _NOT_LINEAR) or len(entry["shape"]) != 2:
+                continue
+            if entry["dtype"] in _STORED:
+                found.add(_STORED[entry["dtype"]])
+    for widest in ("float32", "float16", "bfloat16"):
+        if widest in found:
+            return widest
+    return None
+
+
+# int8's decode step at batch 1 against each format's on the default model, and how
+# often its greedy text stays the checkpoint's own (docs/engine.md, weight formats:
+# 9.1 ms against 51.9 for float32 and 31.9 for bfloat16; 7 of 12 identical; measured
+# on an AVX512-VNNI CPU).
+_INT8_SPEEDUP = {"float32": "5.7x", "bfloat16": "3.5x"}
+_INT8_AGREEMENT = "7 of 12"
+
+
+def faster_opt_in(fmt: str) -> str | None:
+    """The start-up line that names the faster format ``auto`` did not pick for an
+    unquantized checkpoint served in ``fmt``, with what it costs (None for int4)."""
+    if fmt not in _INT8_SPEEDUP:
+        return None
+    return (
+        f"weights: {fmt}, the checkpoint's own (--dtype auto). --dtype int8 is faster "
+        f"(a decode step {_INT8_SPEEDUP[fmt]} as fast on the default model) but rounds the "
+        f"weights: greedy text the checkpoint's own on {_INT8_AGREEMENT} of our quality "
+        "prompts (docs/engine.md, weight formats)"
+    )
 
 
 def compute_dtype(fmt: str, device: torch.device) -> torch.dtype:
@@ -296,17 +355,16 @@ def checkpoint_is_4bit(model_dir: Path, rows: int = 64) -> bool:
     already: :func:`quantize_groups` holds each tensor's first ``rows`` rows exactly (a
     GGUF's tensor types are per tensor, so a slice tells).
 
-    NumPy, not torch: this runs on the caller's thread, and a parallel torch op there
+    NumPy, not torch ops: this runs on the caller's thread, and a parallel torch op there
     would give that thread an OpenMP team of its own beside the engine thread's (see
     :class:`mellea.engine.engine.Engine`).
     """
-    import numpy as np
     from safetensors import safe_open
 
     files = sorted(model_dir.glob("*.safetensors"))
     seen = 0
     for file in files:
-        with safe_open(str(file), framework="np") as f:
+        with safe_open(str(file), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 if not name.endswith(".weight") or any(part in name for part in _NOT_LINEAR):
                     continue
@@ -315,9 +373,20 @@ def checkpoint_is_4bit(model_dir: Path, rows: int = 64) -> bool:
                 if len(shape) != 2:
                     continue
                 seen += 1
-                if shape[1] % GROUP or not _groups_exact(np.asarray(piece[:rows], np.float32)):
+                if shape[1] % GROUP or not _groups_exact(_as_float32(piece[: min(rows, shape[0])])):
                     return False
     return seen > 0
+
+
+def _as_float32(rows: torch.Tensor) -> Any:
+    """A float tensor as an fp32 NumPy array, widened in NumPy (bf16, which NumPy
+    lacks, by its bits: a bf16 number is the top half of an fp32 one)."""
+    import numpy as np
+
+    if rows.dtype == torch.bfloat16:
+        bits = rows.view(torch.int16).numpy().astype(np.uint16).astype(np.uint32)
+        return (bits << 16).view(np.float32)
+    return rows.numpy().astype(np.float32)
 
 
 def _groups_exact(weight: Any) -> bool:

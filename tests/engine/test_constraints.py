@@ -178,3 +178,64 @@ async def test_grammar_refuses_properties_the_schema_does_not_list(make_engine):
     for _, text, last in await generate(engine, prompts, params):
         assert last.finish_reason == "stop", text
         assert set(json.loads(text)) <= {"a"}
+
+
+def json_depth(value) -> int:
+    """Levels of arrays and objects in a parsed JSON value."""
+    if isinstance(value, dict):
+        return 1 + max(map(json_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(json_depth, value), default=0)
+    return 0
+
+
+def nesting_bias(tokenizer) -> dict[int, float]:
+    """A logit bias under which a JSON grammar's model opens an empty key and a new
+    object as its value, again and again: most for the tokens that open an object
+    (``{"``, ``:{``), less for those that close a key (``"``, ``":``)."""
+    vocab = tokenizer.get_vocab()
+    weights = {'{"': 100.0, ":{": 100.0, '"': 50.0, '":': 50.0}
+    bias = {}
+    for token, token_id in vocab.items():
+        text = tokenizer.convert_tokens_to_string([token])
+        if text in weights:
+            bias[token_id] = weights[text]
+    assert len(bias) == len(weights)
+    return bias
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("schema", [{"type": "object"}, {}, {"type": "array"}])
+async def test_a_free_value_closes_even_when_the_model_would_nest(real_engine, schema):
+    """A schema-free object (a `dict` return type) used to let the default model nest
+    ``{"{":{"{":...`` until max_tokens (issue 21): free values nest at most FREE_DEPTH
+    levels, so it closes. (The real model, not the tiny random one: that one fills the
+    free strings and names with the biased tokens up to their bounds instead.)"""
+    from mellea.engine.constraints import FREE_DEPTH
+
+    engine = real_engine
+    params = SamplingParams(
+        max_tokens=200,
+        grammar=json_schema_grammar(schema),
+        logit_bias=nesting_bias(engine.tokenizer),
+    )
+    ((_, text, last),) = await generate(engine, [engine.tokenizer.encode("data:")], params)
+    assert last.finish_reason == "stop", text[:200]
+    value = json.loads(text)
+    assert json_depth(value) <= FREE_DEPTH, text
+    if "type" in schema:
+        assert isinstance(value, dict if schema["type"] == "object" else list)
+
+
+def test_free_values_are_bounded_but_given_shapes_are_kept():
+    from mellea.engine.constraints import FREE_MEMBERS, any_value, bounded_free_values
+
+    free = bounded_free_values({"type": "object", "description": "anything"})
+    assert list(free["patternProperties"].values()) == [any_value(2)]
+    assert free["additionalProperties"] is False
+    assert free["maxProperties"] == FREE_MEMBERS and free["description"] == "anything"
+    given = {"type": "object", "additionalProperties": {"type": "integer"}}
+    assert bounded_free_values(given) == given
+    nested = bounded_free_values({"type": "object", "properties": {"meta": {}}})
+    assert nested["properties"]["meta"] == any_value()
+    assert bounded_free_values({"enum": [{}]}) == {"enum": [{}]}  # literals stay

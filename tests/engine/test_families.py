@@ -114,13 +114,14 @@ FAMILY_CONFIGS: dict[str, dict] = {
 }
 
 
-def build_family(name: str, path: Path, tokenizer_dir: Path):
-    """Save a tiny random model of family ``name`` (norms, biases perturbed) to ``path``."""
+def build_family(name: str, path: Path, tokenizer_dir: Path, **overrides):
+    """Save a tiny random model of family ``name`` (norms, biases perturbed) to ``path``;
+    ``overrides`` replace :data:`COMMON`'s shape keys."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(sum(map(ord, name)))
     extra = dict(FAMILY_CONFIGS[name])
-    config = AutoConfig.for_model(extra.pop("model_type"), **COMMON, **extra)
+    config = AutoConfig.for_model(extra.pop("model_type"), **{**COMMON, **overrides}, **extra)
     hf = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():  # norms start at 1 (or 0) and biases at 0: make them matter
         for pname, param in hf.named_parameters():
@@ -205,3 +206,26 @@ async def test_window_shorter_than_prompt_changes_the_output(tmp_path, tiny_mode
     hf.config.sliding_window = None
     hf.model.config.sliding_window = None
     assert tokens != hf_greedy(hf, prompt, 8)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+@pytest.mark.parametrize("name", list(FAMILY_CONFIGS))
+async def test_family_with_fewer_kv_heads_than_heads(name, kv_heads, tmp_path, tiny_model_dir):
+    """Grouped-query (2 KV heads for 4) and multi-query (1) attention in every family,
+    on the default CPU path: q/k norms over the whole projection (OLMo 2) must take
+    the KV heads' width, not the query heads' (issue 21)."""
+    from mellea.engine.engine import Engine
+
+    assert COMMON["num_attention_heads"] > kv_heads
+    hf = build_family(name, tmp_path, tiny_model_dir, num_key_value_heads=kv_heads)
+    assert hf.config.num_key_value_heads == kv_heads
+    engine = Engine(str(tmp_path))
+    try:
+        assert engine.model_config.num_kv_heads == kv_heads
+        params = SamplingParams(max_tokens=NEW_TOKENS, logprobs=TOP_K, ignore_eos=True)
+        for prompt in FIRST:
+            tokens, entries, _ = await collect_entries(engine.add_request(prompt, params))
+            assert tokens == hf_greedy(hf, prompt, NEW_TOKENS)
+            check_logprobs(hf, prompt, tokens, entries)
+    finally:
+        engine.shutdown()
