@@ -273,6 +273,11 @@ def checkpoint_is_4bit(model_dir: Path, rows: int = 64) -> bool:
     import numpy as np
     from safetensors import safe_open
 
+    from mellea.engine.gguf_file import gguf_source
+
+    source = gguf_source(model_dir)
+    if source is not None:
+        return gguf_is_4bit(source)
     files = sorted(model_dir.glob("*.safetensors"))
     seen = 0
     for file in files:
@@ -288,6 +293,29 @@ def checkpoint_is_4bit(model_dir: Path, rows: int = 64) -> bool:
                 if shape[1] % GROUP or not _groups_exact(np.asarray(piece[:rows], np.float32)):
                     return False
     return seen > 0
+
+
+def gguf_is_4bit(path: Path) -> bool:
+    """Whether most of a GGUF file's linear weights (by elements) are in a block format
+    that int4 holds (Q4_0, Q4_1, Q4_K: a Q4_K_M file, whose few Q6_K tensors then keep
+    8 bits). Reads only the file's tensor table."""
+    import math
+
+    from mellea.engine.gguf_blocks import INT4_TYPES
+    from mellea.engine.gguf_file import read_table
+
+    four = other = 0
+    for entry in read_table(path)[1]:
+        name = entry.name
+        if not name.startswith("blk.") or not name.endswith(".weight") or "norm" in name:
+            continue
+        if len(entry.dims) != 2:
+            continue
+        if entry.qtype in INT4_TYPES:
+            four += math.prod(entry.dims)
+        else:
+            other += math.prod(entry.dims)
+    return four > other
 
 
 def _groups_exact(weight: Any) -> bool:
@@ -360,12 +388,22 @@ class Int4Linear(nn.Module):
     without the C++ kernels, dequantize the weight to fp32 for the fp32 GEMM.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        groups: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        """Quantize ``weight`` [out, in], or take ``groups``, :func:`quantize_groups`'
+        output as it is (a GGUF's 4-bit blocks, see :mod:`mellea.engine.gguf_blocks`)."""
         super().__init__()
-        self.out_features, self.in_features = weight.shape
+        if groups is None:
+            assert weight is not None
+            groups = quantize_groups(weight)
+        packed, scales, mins = groups
+        self.out_features, self.in_features = packed.shape[0], packed.shape[1] * 2
         self.kernel = cpu_kernels.available()
         self.vnni = self.kernel and cpu_kernels.int4_vnni_supported()
-        packed, scales, mins = quantize_groups(weight)
         # VNNI's kernel beats dequantizing for the fp32 GEMM at any length (3072x576:
         # 2.6 against 5.5 ms at 256 rows); the fp32 one only up to 32 rows.
         self.max_kernel_rows = INT4_KERNEL_MAX_ROWS
@@ -444,7 +482,7 @@ class RefinedHead(nn.Module):
         return logits.scatter_(-1, top, exact)
 
 
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> nn.Module:
+def linear_layer(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> nn.Module:
     """A ``fmt`` layer over an fp32 weight (and bias); int4 needs an input size that
     groups of 32 divide, and a layer without one is stored in int8."""
     if fmt == "bfloat16":
@@ -471,10 +509,10 @@ def convert_weights(model: nn.Module, fmt: str) -> nn.Module:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear) and child is not head:
-                setattr(parent, name, _linear(child.weight, child.bias, fmt))
+                setattr(parent, name, linear_layer(child.weight, child.bias, fmt))
     embed = getattr(model, "embed_tokens", None)
     if isinstance(head, nn.Linear):
-        model.lm_head = RefinedHead(_linear(head.weight, head.bias, fmt), head.weight)
+        model.lm_head = RefinedHead(linear_layer(head.weight, head.bias, fmt), head.weight)
     elif head is None and isinstance(embed, nn.Embedding):  # tied: the head reads the table
-        model.lm_head = RefinedHead(_linear(embed.weight, None, fmt), embed.weight)
+        model.lm_head = RefinedHead(linear_layer(embed.weight, None, fmt), embed.weight)
     return model
