@@ -12,10 +12,12 @@ interleaved rotary pairs) and the +1 on Gemma's RMSNorm weights.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,8 +65,28 @@ class GGUFTensor:
         """The values, widened exactly to float32 (a new array)."""
         from mellea.engine.gguf_blocks import to_float32
 
-        values = to_float32(self.raw, self.qtype).reshape(self.shape)
-        return values + np.float32(self.offset) if self.offset else values.copy()
+        values = to_float32(self.raw, self.qtype)
+        if values is self.raw or values.base is not None:  # F32: a view of the file
+            values = values.copy()
+        if self.offset:
+            values += np.float32(self.offset)
+        return values.reshape(self.shape)
+
+    def copy_into(self, dest: Any, rows: int = 4096) -> None:
+        """Widen the values into the float tensor ``dest`` (of this shape), ``rows`` at
+        a time, so that a large table (the embedding) needs no whole float32 copy."""
+        import torch
+
+        if len(self.shape) != 2 or self.offset:
+            dest.copy_(torch.from_numpy(self.float32()))
+            return
+        from mellea.engine.gguf_blocks import to_float32
+
+        for first in range(0, self.shape[0], rows):
+            chunk = to_float32(self.raw[first : first + rows], self.qtype)
+            if not chunk.flags.writeable:  # F32: a view of the file (torch wants writable)
+                chunk = chunk.copy()
+            dest[first : first + rows].copy_(torch.from_numpy(chunk))
 
     def int4(self):  # -> gguf_blocks.Int4Groups | None
         """The tensor as int4 groups where its block format maps onto them, else None."""
@@ -188,6 +210,18 @@ class GGUFCheckpoint:
         self.tensors = {entry.name: entry for entry in entries}
         self.memory = np.memmap(path, mode="r")
 
+    def release(self, entry: TensorEntry) -> None:
+        """Drop the file's pages of ``entry`` from this process (they stay in the page
+        cache, and come back if read again): otherwise every page read while loading
+        counts in the process's resident memory on top of the converted weights."""
+        import mmap
+
+        page = mmap.PAGESIZE
+        first = entry.offset // page * page
+        end = entry.offset + self.data(entry).nbytes
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            self.memory._mmap.madvise(mmap.MADV_DONTNEED, first, end - first)
+
     def _head_counts(self) -> tuple[int, int]:
         heads = int(self.fields[f"{self.arch}.attention.head_count"])
         kv = self.fields.get(f"{self.arch}.attention.head_count_kv")
@@ -242,6 +276,7 @@ class GGUFCheckpoint:
                 names.get(gguf_name, gguf_name),
                 GGUFTensor(gguf_name, entry.qtype, shape, raw, offset),
             )
+            self.release(entry)
 
 
 def _unpermuted_rows(rows: int, heads: int) -> np.ndarray:

@@ -89,8 +89,21 @@ def compute_dtype(fmt: str, device: torch.device) -> torch.dtype:
     return _TORCH[fmt]
 
 
+# Quantizing works through this many rows at a time: its float32 temporaries for a
+# large table (a 49k x 2048 tied LM head) would otherwise be several copies of it.
+QUANTIZE_ROWS = 4096
+
+
+def _by_chunks(quantize: Any, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``quantize`` (row by row independent) over ``weight`` in chunks of rows."""
+    parts = [quantize(chunk) for chunk in weight.split(QUANTIZE_ROWS)]
+    return tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))
+
+
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 per row (output channel): ``weight ~= q * scale[:, None]``."""
+    if weight.shape[0] > QUANTIZE_ROWS:
+        return _by_chunks(quantize_rows, weight)  # type: ignore[return-value]
     w = weight.detach().float()
     scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
     q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
@@ -221,6 +234,8 @@ def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     n, k = weight.shape
     if k % GROUP:
         raise ValueError(f"int4 needs an input size divisible by {GROUP}, not {k}")
+    if n > QUANTIZE_ROWS:
+        return _by_chunks(quantize_groups, weight)  # type: ignore[return-value]
     groups = weight.detach().float().reshape(n, k // GROUP, GROUP)
     low = groups.amin(-1).half()
     scale = ((groups.amax(-1) - low.float()) / 15).half()

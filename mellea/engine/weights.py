@@ -96,6 +96,9 @@ class _GGUFTensor:
     def int4(self) -> Any:
         return self.inner.int4()
 
+    def copy_into(self, dest: torch.Tensor) -> None:
+        self.inner.copy_into(dest)
+
 
 def _checkpoint(model_dir: Path, hf_names: list[str], cfg: ModelConfig) -> Iterator[tuple]:
     """(checkpoint name, piece) for every tensor of the checkpoint in ``model_dir``."""
@@ -209,7 +212,10 @@ def load_weights(
             if rows is not None:
                 dest = dest.narrow(0, first, rows)
             _check_shape(hf_name, piece.shape, dest.shape)
-            dest.copy_(piece.tensor())
+            if isinstance(piece, _GGUFTensor):
+                piece.copy_into(dest)  # in row chunks: no float32 copy of a large table
+            else:
+                dest.copy_(piece.tensor())
             filled[target] += dest.shape[0]
     missing = [name for name, rows in filled.items() if rows != params[name].shape[0]]
     missing += [f"{name}.weight" for name in pending]
