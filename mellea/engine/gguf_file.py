@@ -13,6 +13,7 @@ interleaved rotary pairs) and the +1 on Gemma's RMSNorm weights.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ class GGUFTensor:
     shape: tuple[int, ...]
     raw: np.ndarray
     offset: float = 0.0  # added to the values (Gemma's norms: -1)
+    release: Any = None  # drops the tensor's file pages from the process (see items)
 
     def float32(self) -> np.ndarray:
         """The values, widened exactly to float32 (a new array)."""
@@ -274,9 +276,16 @@ class GGUFCheckpoint:
             offset = -1.0 if self.arch in _NORM_PLUS_ONE and "norm.weight" in gguf_name else 0.0
             yield (
                 names.get(gguf_name, gguf_name),
-                GGUFTensor(gguf_name, entry.qtype, shape, raw, offset),
+                GGUFTensor(
+                    gguf_name,
+                    entry.qtype,
+                    shape,
+                    raw,
+                    offset,
+                    functools.partial(self.release, entry),
+                ),
             )
-            self.release(entry)
+            self.release(entry)  # read again later (a fused layer's pieces): released again
 
 
 def _unpermuted_rows(rows: int, heads: int) -> np.ndarray:

@@ -99,6 +99,9 @@ class _GGUFTensor:
     def copy_into(self, dest: torch.Tensor) -> None:
         self.inner.copy_into(dest)
 
+    def release(self) -> None:
+        self.inner.release()
+
 
 def _checkpoint(model_dir: Path, hf_names: list[str], cfg: ModelConfig) -> Iterator[tuple]:
     """(checkpoint name, piece) for every tensor of the checkpoint in ``model_dir``."""
@@ -203,6 +206,9 @@ def load_weights(
                 job.rows[kind] = job.rows.get(kind, 0) + expected[0]
                 if job.complete():
                     model.set_submodule(module_name, build(module_name, pending.pop(module_name)))
+                    for _, done in (p for pieces in job.pieces.values() for p in pieces):
+                        if hasattr(done, "release"):
+                            done.release()  # the file's pages read again to build it
                 continue
             if target not in params:
                 if "rotary_emb" in target or "rope_freqs" in target or target == "lm_head.weight":
