@@ -75,7 +75,7 @@ def resolve_model(
     of :data:`PACKAGED_GGUFS` (``"gemma3-270m"``), a path to a model directory, a path
     to a ``.gguf`` file, or a hub id such as ``"HuggingFaceTB/SmolLM2-135M-Instruct"``
     (taken from the Hugging Face cache when there, else downloaded). ``step`` shows a
-    long step (the first-start conversion); by default it is logged.
+    long step (reading a GGUF's tokenizer, first start only); by default it is logged.
     """
     say = report or log.info
     step = step or _logged_step

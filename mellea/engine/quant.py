@@ -278,8 +278,9 @@ _NOT_LINEAR = ("embed", "lm_head", "norm", "wte", "wpe")
 
 def checkpoint_is_4bit(model_dir: Path, rows: int = 64) -> bool:
     """Whether every linear weight of the safetensors checkpoint in ``model_dir`` is 4-bit
-    already: :func:`quantize_groups` holds each tensor's first ``rows`` rows exactly (a
-    GGUF's tensor types are per tensor, so a slice tells).
+    already: :func:`quantize_groups` holds each tensor's first ``rows`` rows exactly
+    (tensor types are per tensor, so a slice tells). For a GGUF's metadata directory,
+    :func:`gguf_is_4bit` of the file.
 
     NumPy, not torch: this runs on the caller's thread, and a parallel torch op there
     would give that thread an OpenMP team of its own beside the engine thread's (see
