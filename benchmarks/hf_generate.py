@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from mellea.engine.gguf_file import transformers_weights
 from mellea.engine.loader import resolve_model
 from mellea.engine.stops import StopChecker
 from mellea.engine.types import PromptTooLongError, RequestOutput, SamplingParams
@@ -29,7 +30,10 @@ class HFGenerateEngine:
         path = resolve_model(model)
         self.model_id = str(model or "SmolLM2-135M-Instruct")
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+        where, extra = transformers_weights(path)  # a GGUF: transformers dequantizes it
+        self.model = AutoModelForCausalLM.from_pretrained(
+            where, dtype=dtype or torch.float32, **extra
+        )
         self.model.eval()
         self.max_model_len = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self._cancelled: set[str] = set()

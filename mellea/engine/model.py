@@ -455,31 +455,34 @@ class DecoderModel(nn.Module):
                 self.embed_scale = float(torch.tensor(self.embed_scale, dtype=dtype))
 
     def _interleave_rotary(self) -> None:
-        """Reorder each head's q/k dims from rotate-half to interleaved pairs.
-
-        Attention scores are dot products within a head, so permuting q and k the same
-        way leaves them unchanged; only RoPE sees the order, and the interleaved one
-        lets it be a complex multiply. q/k norm weights follow the same order.
-        """
+        """Reorder the q/k norm weights as :func:`qkv_row_order` reorders q and k (the
+        loader reorders the projections' rows)."""
         cfg = self.cfg
         order = interleaved_order(cfg.head_dim, cfg.rotary_dim)
-        heads = cfg.num_heads + cfg.num_kv_heads
-        rows = (torch.arange(heads)[:, None] * cfg.head_dim + order).flatten()
+        rows = qkv_row_order(cfg)
         q_rows = rows[: cfg.num_heads * cfg.head_dim]
         k_rows = rows[cfg.num_heads * cfg.head_dim :] - cfg.num_heads * cfg.head_dim
         for layer in self.layers:
             attn = layer.self_attn
-            proj = attn.qkv_proj
-            n = rows.numel()
-            proj.weight[:n] = proj.weight[:n][rows.to(proj.weight.device)]
-            if proj.bias is not None:
-                proj.bias[:n] = proj.bias[:n][rows.to(proj.bias.device)]
             if attn.qk_norm == "head":
                 attn.q_norm.copy_(attn.q_norm[order])
                 attn.k_norm.copy_(attn.k_norm[order])
             elif attn.qk_norm == "proj":
                 attn.q_norm.copy_(attn.q_norm[q_rows])
                 attn.k_norm.copy_(attn.k_norm[k_rows])
+
+
+def qkv_row_order(cfg: ModelConfig) -> torch.Tensor:
+    """The CPU path's order of a fused q/k/v projection's q and k rows: each head's dims
+    from rotate-half to interleaved pairs.
+
+    Attention scores are dot products within a head, so permuting q and k the same
+    way leaves them unchanged; only RoPE sees the order, and the interleaved one
+    lets it be a complex multiply. q/k norm weights follow the same order.
+    """
+    order = interleaved_order(cfg.head_dim, cfg.rotary_dim)
+    heads = cfg.num_heads + cfg.num_kv_heads
+    return (torch.arange(heads)[:, None] * cfg.head_dim + order).flatten()
 
 
 def build_model(
@@ -489,8 +492,10 @@ def build_model(
     dtype: torch.dtype,
     device: torch.device,
     fast_cpu: bool | None = None,
+    weights: str = "float32",
 ) -> DecoderModel:
-    """Create the model without random init, load its weights and set it to eval.
+    """Create the model without random init, load its weights (linear layers in the
+    format ``weights``, see :func:`load_weights`) and set it to eval.
 
     ``fast_cpu`` defaults to whether this is fp32 on the CPU.
     """
@@ -498,8 +503,8 @@ def build_model(
         fast_cpu = device.type == "cpu" and dtype == torch.float32
     with torch.device("meta"):
         model = DecoderModel(cfg, max_positions, fast_cpu).to(dtype)
-    model = model.to_empty(device=device)
-    load_weights(model, cfg, model_dir)
+    rows = qkv_row_order(cfg) if fast_cpu else None
+    load_weights(model, cfg, model_dir, device, weights, rows)
     model.prepare_loaded()
     model.init_rope(device)
     model.use_cpu_kernel(fast_cpu and cpu_kernels.available())

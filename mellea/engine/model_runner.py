@@ -93,7 +93,13 @@ class ModelRunner:
         # MELLEA_ENGINE_REFERENCE=1 runs the kernels' path on CPU too (what a GPU runs).
         fast_cpu = False if os.environ.get("MELLEA_ENGINE_REFERENCE") == "1" else None
         self.model = build_model(
-            model_cfg, cfg.model_path, cfg.max_model_len, cfg.dtype, cfg.device, fast_cpu
+            model_cfg,
+            cfg.model_path,
+            cfg.max_model_len,
+            cfg.dtype,
+            cfg.device,
+            fast_cpu,
+            cfg.weights,
         )
         if cfg.device.type == "cpu":  # bf16 or int8 weights under the fp32 forward pass
             convert_weights(self.model, cfg.weights)

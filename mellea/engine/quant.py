@@ -178,8 +178,21 @@ def compute_dtype(fmt: str, device: torch.device) -> torch.dtype:
     return _TORCH[fmt]
 
 
+# Quantizing works through this many rows at a time: its float32 temporaries for a
+# large table (a 49k x 2048 tied LM head) would otherwise be several copies of it.
+QUANTIZE_ROWS = 4096
+
+
+def _by_chunks(quantize: Any, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``quantize`` (row by row independent) over ``weight`` in chunks of rows."""
+    parts = [quantize(chunk) for chunk in weight.split(QUANTIZE_ROWS)]
+    return tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))
+
+
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8 per row (output channel): ``weight ~= q * scale[:, None]``."""
+    if weight.shape[0] > QUANTIZE_ROWS:
+        return _by_chunks(quantize_rows, weight)  # type: ignore[return-value]
     w = weight.detach().float()
     scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
     q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
@@ -310,6 +323,8 @@ def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     n, k = weight.shape
     if k % GROUP:
         raise ValueError(f"int4 needs an input size divisible by {GROUP}, not {k}")
+    if n > QUANTIZE_ROWS:
+        return _by_chunks(quantize_groups, weight)  # type: ignore[return-value]
     groups = weight.detach().float().reshape(n, k // GROUP, GROUP)
     low = groups.amin(-1).half()
     scale = ((groups.amax(-1) - low.float()) / 15).half()
@@ -352,8 +367,9 @@ _NOT_LINEAR = ("embed", "lm_head", "norm", "wte", "wpe")
 
 def checkpoint_is_4bit(model_dir: Path, rows: int = 64) -> bool:
     """Whether every linear weight of the safetensors checkpoint in ``model_dir`` is 4-bit
-    already: :func:`quantize_groups` holds each tensor's first ``rows`` rows exactly (a
-    GGUF's tensor types are per tensor, so a slice tells).
+    already: :func:`quantize_groups` holds each tensor's first ``rows`` rows exactly
+    (tensor types are per tensor, so a slice tells). For a GGUF's metadata directory,
+    :func:`gguf_is_4bit` of the file.
 
     NumPy, not torch ops: this runs on the caller's thread, and a parallel torch op there
     would give that thread an OpenMP team of its own beside the engine thread's (see
@@ -361,6 +377,11 @@ def checkpoint_is_4bit(model_dir: Path, rows: int = 64) -> bool:
     """
     from safetensors import safe_open
 
+    from mellea.engine.gguf_file import gguf_source
+
+    source = gguf_source(model_dir)
+    if source is not None:
+        return gguf_is_4bit(source)
     files = sorted(model_dir.glob("*.safetensors"))
     seen = 0
     for file in files:
@@ -387,6 +408,29 @@ def _as_float32(rows: torch.Tensor) -> Any:
         bits = rows.view(torch.int16).numpy().astype(np.uint16).astype(np.uint32)
         return (bits << 16).view(np.float32)
     return rows.numpy().astype(np.float32)
+
+
+def gguf_is_4bit(path: Path) -> bool:
+    """Whether most of a GGUF file's linear weights (by elements) are in a block format
+    that int4 holds (Q4_0, Q4_1, Q4_K: a Q4_K_M file, whose few Q6_K tensors then keep
+    8 bits). Reads only the file's tensor table."""
+    import math
+
+    from mellea.engine.gguf_blocks import INT4_TYPES
+    from mellea.engine.gguf_file import read_table
+
+    four = other = 0
+    for entry in read_table(path)[1]:
+        name = entry.name
+        if not name.startswith("blk.") or not name.endswith(".weight") or "norm" in name:
+            continue
+        if len(entry.dims) != 2:
+            continue
+        if entry.qtype in INT4_TYPES:
+            four += math.prod(entry.dims)
+        else:
+            other += math.prod(entry.dims)
+    return four > other
 
 
 def _groups_exact(weight: Any) -> bool:
@@ -458,12 +502,22 @@ class Int4Linear(nn.Module):
     dequantizes the weight to fp32 for the fp32 GEMM.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        groups: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        """Quantize ``weight`` [out, in], or take ``groups``, :func:`quantize_groups`'
+        output as it is (a GGUF's 4-bit blocks, see :mod:`mellea.engine.gguf_blocks`)."""
         super().__init__()
-        self.out_features, self.in_features = weight.shape
+        if groups is None:
+            assert weight is not None
+            groups = quantize_groups(weight)
+        packed, scales, mins = groups
+        self.out_features, self.in_features = packed.shape[0], packed.shape[1] * 2
         self.kernel = cpu_kernels.available()
         self.tiled = self.kernel
-        packed, scales, mins = quantize_groups(weight)
         # The tiled kernel beats dequantizing for the fp32 GEMM at any length (3072x576,
         # AVX512-VNNI: 2.6 against 5.5 ms at 256 rows); the fp32 one only up to 32 rows.
         self.max_kernel_rows = INT4_KERNEL_MAX_ROWS
@@ -542,7 +596,7 @@ class RefinedHead(nn.Module):
         return logits.scatter_(-1, top, exact)
 
 
-def _linear(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> nn.Module:
+def linear_layer(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> nn.Module:
     """A ``fmt`` layer over an fp32 weight (and bias); int4 needs an input size that
     groups of 32 divide, and a layer without one is stored in int8."""
     if fmt == "bfloat16":
@@ -569,10 +623,10 @@ def convert_weights(model: nn.Module, fmt: str) -> nn.Module:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear) and child is not head:
-                setattr(parent, name, _linear(child.weight, child.bias, fmt))
+                setattr(parent, name, linear_layer(child.weight, child.bias, fmt))
     embed = getattr(model, "embed_tokens", None)
     if isinstance(head, nn.Linear):
-        model.lm_head = RefinedHead(_linear(head.weight, head.bias, fmt), head.weight)
+        model.lm_head = RefinedHead(linear_layer(head.weight, head.bias, fmt), head.weight)
     elif head is None and isinstance(embed, nn.Embedding):  # tied: the head reads the table
-        model.lm_head = RefinedHead(_linear(embed.weight, None, fmt), embed.weight)
+        model.lm_head = RefinedHead(linear_layer(embed.weight, None, fmt), embed.weight)
     return model

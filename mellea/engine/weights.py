@@ -1,21 +1,32 @@
-"""Load a Hugging Face checkpoint (``*.safetensors``) into a :class:`DecoderModel`.
+"""Load a checkpoint (``*.safetensors``, or the GGUF file a metadata directory names)
+into a :class:`DecoderModel`, one tensor at a time.
 
-Separate q/k/v and gate/up projections are copied into our fused ones as they come
-in; checkpoints that are fused already (Phi-3) load as they are. Every parameter must
-be filled completely. A checkpoint that does not fit the family (an unexpected or
-missing tensor, a wrong shape) raises ``UnsupportedModelError``, which sends the
-model to the transformers fallback.
+Separate q/k/v and gate/up projections are gathered into our fused ones as they come
+in; checkpoints that are fused already (Phi-3) load as they are. Each linear layer is
+built in the weight format being served as soon as all its pieces are in, so no
+float32 copy of the whole model exists at any time, only of one layer. A GGUF tensor
+whose block format our int4 groups hold (:mod:`mellea.engine.gguf_blocks`) goes into
+an int4 layer without passing through float32.
+
+Every parameter must be filled completely. A checkpoint that does not fit the family
+(an unexpected or missing tensor, a wrong shape) raises ``UnsupportedModelError``,
+which sends the model to the transformers fallback.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from mellea.engine.config import ModelConfig
 from mellea.engine.families import UnsupportedModelError
+from mellea.engine.gguf_file import GGUFCheckpoint, gguf_source
 
 
 def _our_name(hf_name: str, renames: dict[str, str]) -> str:
@@ -41,39 +52,208 @@ def _fused_pieces(cfg: ModelConfig) -> dict[str, tuple[str, int, int]]:
     }
 
 
-def load_weights(model: nn.Module, cfg: ModelConfig, model_dir: str | Path) -> None:
-    """Copy the checkpoint in ``model_dir`` into ``model``'s parameters."""
+def _hf_names(ours: list[str], cfg: ModelConfig) -> list[str]:
+    """The checkpoint names that may hold our parameters (both a fused module's own
+    name and its pieces'), for mapping a GGUF's tensor names."""
+    back = {ours_: theirs for theirs, ours_ in cfg.family.renames.items()}
+    names = []
+    for name in ours:
+        if not name.endswith((".weight", ".bias")):
+            name += ".weight"  # a bare norm parameter
+        for ours_, theirs in back.items():
+            name = name.replace(f".{ours_}.", f".{theirs}.")
+        hf = name if name.startswith("lm_head.") else f"model.{name}"
+        names.append(hf)
+        for piece, (fused, _, _) in _fused_pieces(cfg).items():
+            if f".{fused}." in hf:
+                names.append(hf.replace(fused, piece))
+    return names
+
+
+class _SafetensorsTensor:
+    """A checkpoint tensor, read when asked for."""
+
+    def __init__(self, handle: Any, name: str) -> None:
+        self.handle, self.name = handle, name
+        self.shape = tuple(handle.get_slice(name).get_shape())
+
+    def tensor(self) -> torch.Tensor:
+        return self.handle.get_tensor(self.name)
+
+    def int4(self) -> None:
+        return None  # float checkpoints hold no int4 groups
+
+
+class _GGUFTensor:
+    """A GGUF tensor (see :class:`~mellea.engine.gguf_file.GGUFTensor`) as a piece."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.shape = inner, inner.shape
+
+    def tensor(self) -> torch.Tensor:
+        return torch.from_numpy(self.inner.float32())
+
+    def int4(self) -> Any:
+        return self.inner.int4()
+
+    def copy_into(self, dest: torch.Tensor) -> None:
+        self.inner.copy_into(dest)
+
+    def release(self) -> None:
+        self.inner.release()
+
+
+def _checkpoint(model_dir: Path, hf_names: list[str], cfg: ModelConfig) -> Iterator[tuple]:
+    """(checkpoint name, piece) for every tensor of the checkpoint in ``model_dir``."""
     from safetensors import safe_open
 
-    files = sorted(Path(model_dir).glob("*.safetensors"))
+    source = gguf_source(model_dir)
+    if source is not None:
+        checkpoint = GGUFCheckpoint(source)
+        names = checkpoint.gguf_names(hf_names, cfg.num_layers)
+        for name, tensor in checkpoint.items(names):
+            yield name, _GGUFTensor(tensor)
+        return
+    files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 (not a dict)
+                yield name, _SafetensorsTensor(handle, name)
+
+
+@dataclass
+class _Pending:
+    """A linear layer waiting for its pieces: (first row, piece) per parameter."""
+
+    module: nn.Linear
+    pieces: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def complete(self) -> bool:
+        wanted = {"weight": self.module.out_features}
+        if self.module.bias is not None:
+            wanted["bias"] = self.module.out_features
+        return all(self.rows.get(kind, 0) == rows for kind, rows in wanted.items())
+
+
+def load_weights(
+    model: nn.Module,
+    cfg: ModelConfig,
+    model_dir: str | Path,
+    device: torch.device | None = None,
+    fmt: str = "float32",
+    qkv_rows: torch.Tensor | None = None,
+) -> None:
+    """Fill ``model`` (built on the meta device; placed on ``device`` here) from the
+    checkpoint in ``model_dir``, its linear layers (all but an untied LM head) built in
+    the weight format ``fmt`` (see :mod:`mellea.engine.quant`; on CPU). ``qkv_rows``
+    reorders the first rows of each fused q/k/v projection (the CPU path's rotary order).
+    """
+    from mellea.engine.quant import Int4Linear, linear_layer
+
+    model_dir = Path(model_dir)
+    device = device or torch.device("cpu")
+    hf_names = _hf_names([name for name, _ in model.named_parameters()], cfg)
+    deferred = {
+        name: module
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and name != "lm_head"
+    }
+    for name in deferred:
+        model.set_submodule(name, nn.Identity())
+    model.to_empty(device=device)
+    pending = {name: _Pending(module) for name, module in deferred.items()}
     params = dict(model.named_parameters())
-    fused = _fused_pieces(cfg)
     filled = dict.fromkeys(params, 0)  # rows loaded per parameter
+    fused = _fused_pieces(cfg)
+    quantized = device.type == "cpu" and fmt in ("bfloat16", "int8", "int4")
+    is_gguf = gguf_source(model_dir) is not None
+
+    def build(name: str, job: _Pending) -> nn.Module:
+        rows = qkv_rows if name.endswith("self_attn.qkv_proj") else None
+        groups = [piece.int4() for _, piece in sorted(job.pieces["weight"], key=_first)]
+        if fmt == "int4" and quantized and all(g is not None for g in groups):
+            bias = _assemble(job, "bias", rows)
+            return Int4Linear(None, bias, groups=_int4_groups(groups, rows))
+        weight = _assemble(job, "weight", rows)
+        bias = _assemble(job, "bias", rows)
+        if quantized:
+            # A GGUF tensor that int4 cannot hold (Q6_K, Q8_0, ...) keeps 8 bits.
+            return linear_layer(weight, bias, "int8" if fmt == "int4" and is_gguf else fmt)
+        module = job.module.to_empty(device=device)
+        module.weight.copy_(weight)
+        if bias is not None:
+            module.bias.copy_(bias)
+        return module
+
     with torch.no_grad():
-        for file in files:
-            with safe_open(str(file), framework="pt") as handle:
-                for hf_name in handle.keys():  # noqa: SIM118 (not a dict)
-                    target, first, rows = _our_name(hf_name, cfg.family.renames), 0, None
-                    for piece, (ours, offset, count) in fused.items():
-                        if f".{piece}." in target:
-                            target, first, rows = target.replace(piece, ours), offset, count
-                            break
-                    if target not in params:
-                        if "rotary_emb" in target or target == "lm_head.weight":
-                            continue  # recomputed / tied to the embedding
-                        raise UnsupportedModelError(f"unexpected weight {hf_name}")
-                    dest = params[target]
-                    if rows is not None:
-                        dest = dest.narrow(0, first, rows)
-                    tensor = handle.get_tensor(hf_name)
-                    if dest.shape != tensor.shape:
-                        raise UnsupportedModelError(
-                            f"{hf_name}: shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}"
-                        )
-                    dest.copy_(tensor)
-                    filled[target] += dest.shape[0]
+        for hf_name, piece in _checkpoint(model_dir, hf_names, cfg):
+            target, first, rows = _our_name(hf_name, cfg.family.renames), 0, None
+            for part, (ours, offset, count) in fused.items():
+                if f".{part}." in target:
+                    target, first, rows = target.replace(part, ours), offset, count
+                    break
+            module_name, _, kind = target.rpartition(".")
+            if module_name in pending:
+                job = pending[module_name]
+                expected = getattr(job.module, kind).shape
+                if rows is not None:
+                    expected = (rows, *expected[1:])
+                _check_shape(hf_name, piece.shape, expected)
+                job.pieces.setdefault(kind, []).append((first, piece))
+                job.rows[kind] = job.rows.get(kind, 0) + expected[0]
+                if job.complete():
+                    model.set_submodule(module_name, build(module_name, pending.pop(module_name)))
+                    for _, done in (p for pieces in job.pieces.values() for p in pieces):
+                        if hasattr(done, "release"):
+                            done.release()  # the file's pages read again to build it
+                continue
+            if target not in params:
+                if "rotary_emb" in target or "rope_freqs" in target or target == "lm_head.weight":
+                    continue  # recomputed (RoPE) / tied to the embedding
+                raise UnsupportedModelError(f"unexpected weight {hf_name}")
+            dest = params[target]
+            if rows is not None:
+                dest = dest.narrow(0, first, rows)
+            _check_shape(hf_name, piece.shape, dest.shape)
+            if isinstance(piece, _GGUFTensor):
+                piece.copy_into(dest)  # in row chunks: no float32 copy of a large table
+            else:
+                dest.copy_(piece.tensor())
+            filled[target] += dest.shape[0]
     missing = [name for name, rows in filled.items() if rows != params[name].shape[0]]
+    missing += [f"{name}.weight" for name in pending]
     if missing:
         raise UnsupportedModelError(f"weights missing from the checkpoint: {missing[:5]}")
+
+
+def _first(entry: tuple[int, Any]) -> int:
+    return entry[0]
+
+
+def _check_shape(hf_name: str, shape: tuple, expected: tuple) -> None:
+    if tuple(shape) != tuple(expected):
+        raise UnsupportedModelError(f"{hf_name}: shape {tuple(shape)}, expected {tuple(expected)}")
+
+
+def _assemble(job: _Pending, kind: str, rows: torch.Tensor | None) -> torch.Tensor | None:
+    """One parameter of a pending layer from its pieces, float32, ``rows`` reordered."""
+    if kind not in job.pieces:
+        return None
+    parts = [piece.tensor().float() for _, piece in sorted(job.pieces[kind], key=_first)]
+    whole = parts[0] if len(parts) == 1 else torch.cat(parts)
+    if rows is not None:
+        whole[: rows.numel()] = whole[rows]
+    return whole
+
+
+def _int4_groups(groups: list[Any], rows: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """Pieces' int4 groups stacked along the rows (``rows`` reordered) as torch tensors."""
+    stacked = [np.concatenate(parts) for parts in zip(*groups, strict=True)]
+    tensors = tuple(torch.from_numpy(np.ascontiguousarray(part)) for part in stacked)
+    if rows is not None:
+        for t in tensors:
+            t[: rows.numel()] = t[rows]
+    return tensors

@@ -93,9 +93,11 @@ def real_hf_model():
     """The default model loaded by transformers (fp32)."""
     from transformers import AutoModelForCausalLM
 
+    from mellea.engine.gguf_file import transformers_weights
     from mellea.engine.loader import resolve_model
 
-    return AutoModelForCausalLM.from_pretrained(resolve_model(None), dtype=torch.float32).eval()
+    where, extra = transformers_weights(resolve_model(None))
+    return AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **extra).eval()
 
 
 async def collect(stream) -> tuple[list[int], str, RequestOutput]:

@@ -42,7 +42,10 @@ def gemma_dir():
 def gemma_hf(gemma_dir):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(gemma_dir, dtype=torch.float32).eval()
+    from mellea.engine.gguf_file import transformers_weights
+
+    where, extra = transformers_weights(gemma_dir)
+    return AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **extra).eval()
 
 
 @pytest.mark.parametrize("reference", [False, True], ids=["cpu-path", "reference-path"])

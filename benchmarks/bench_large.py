@@ -1,0 +1,242 @@
+"""Our engine against llama.cpp on a model of SmolLM2-1.7B's exact shape, from GGUF.
+
+Builds (once, under ``benchmarks/peers/large/``, git-ignored) a random-weight Llama of
+SmolLM2-1.7B's dimensions (hidden 2048, 24 layers, 32 heads and 32 KV heads,
+intermediate 8192, vocabulary 49152, tied embeddings) with the bundled model's
+tokenizer, so that llama.cpp's tools accept it; converts it with llama.cpp's
+``convert_hf_to_gguf.py`` to F16 and ``llama-quantize`` to Q4_1 and Q4_K_M (llama.cpp
+built from the source vendored in the ``llama-cpp-python`` sdist, as
+``benchmarks/bench_peers.py`` does). Then, per file, in one run:
+
+* ours: a fresh process builds the engine on the file (``dtype auto``): time to ready,
+  peak RSS while loading, RSS once serving, batch-1 greedy decode tok/s;
+* llama.cpp: ``llama-server`` time to healthy and its peak RSS (``VmHWM``), and
+  ``llama-bench`` tg tok/s at batch 1 (2 threads).
+
+The kernel family that ran (``cpu_kernels``' report) is printed beside our numbers.
+At 1.7B a run takes tens of minutes on 2 busy cores; ``--layers 2`` checks it quickly.
+
+    python benchmarks/bench_large.py                      # 1.7B shape, Q4_1 and Q4_K_M
+    python benchmarks/bench_large.py --layers 2 --formats Q4_1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_peers import LOGS, PEERS, llama_source, run_logged  # noqa: E402
+
+WORK = PEERS / "large"
+BUILD = PEERS / "llama-build"
+TOOLS = ("llama-quantize", "llama-bench", "llama-server")
+QUANT_NAMES = {"Q4_1": "Q4_1", "Q4_K_M": "Q4_K_M", "Q8_0": "Q8_0"}
+
+
+def llama_tools() -> dict[str, Path]:
+    """``llama-quantize``, ``llama-bench`` and ``llama-server``, built (-j2) if missing."""
+    paths = {tool: BUILD / "bin" / tool for tool in TOOLS}
+    missing = [tool for tool, path in paths.items() if not path.is_file()]
+    if missing:
+        source = llama_source()
+        configure = ["cmake", "-S", str(source), "-B", str(BUILD), "-DCMAKE_BUILD_TYPE=Release"]
+        configure += ["-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF", "-DLLAMA_CURL=OFF"]
+        configure += ["-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF"]
+        configure += ["-DLLAMA_USE_PREBUILT_UI=OFF", "-DBUILD_SHARED_LIBS=OFF"]
+        run_logged(configure, LOGS / "llama-build.log")
+        build = ["cmake", "--build", str(BUILD), "--config", "Release", "-j2", "--target"]
+        run_logged(build + missing, LOGS / "llama-build.log")
+    return paths
+
+
+def hf_model(folder: Path, layers: int) -> Path:
+    """The random-weight model of SmolLM2-1.7B's shape (``layers`` of its 24), bf16."""
+    if (folder / "config.json").is_file():
+        return folder
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mellea.engine.loader import resolve_model
+
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=layers,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        max_position_embeddings=8192,
+        rope_theta=130000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)  # half the memory of building in fp32
+    model = LlamaForCausalLM(config)
+    torch.set_default_dtype(torch.float32)
+    tmp = folder.with_name(folder.name + ".tmp")
+    model.save_pretrained(tmp)
+    del model
+    tokenizer_dir = resolve_model(None)  # the bundled GGUF's tokenizer files
+    for file in tokenizer_dir.iterdir():
+        if file.name.startswith("tokenizer") or file.suffix == ".jinja":
+            shutil.copy(file, tmp / file.name)
+    tmp.rename(folder)
+    return folder
+
+
+def gguf_files(layers: int, formats: list[str]) -> dict[str, Path]:
+    """The model as GGUF files, one per format (F16 through convert_hf_to_gguf.py,
+    then llama-quantize)."""
+    name = f"smollm2-1.7b-shape-{layers}l"
+    folder = hf_model(WORK / name, layers)
+    f16 = WORK / f"{name}-F16.gguf"
+    if not f16.is_file():
+        source = llama_source()
+        env = {**os.environ, "PYTHONPATH": str(source / "gguf-py")}
+        command = [sys.executable, str(source / "convert_hf_to_gguf.py"), str(folder)]
+        command += ["--outtype", "f16", "--outfile", str(f16)]
+        log = LOGS / "convert.log"
+        with open(log, "ab") as out:
+            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        if done.returncode:
+            raise RuntimeError(f"convert_hf_to_gguf failed:\n{log.read_text()[-3000:]}")
+    files = {}
+    for fmt in formats:
+        target = WORK / f"{name}-{fmt}.gguf"
+        if not target.is_file():
+            quantize = [str(llama_tools()["llama-quantize"]), str(f16), str(target)]
+            run_logged(quantize + [QUANT_NAMES[fmt], "2"], LOGS / "quantize.log")
+        files[fmt] = target
+    return files
+
+
+OURS = """
+import asyncio, json, resource, sys, time
+started = time.monotonic()
+from mellea.engine import cpu_kernels
+from mellea.engine.engine import Engine
+from mellea.engine.loader import resolve_model
+from mellea.engine.quant import resolve_format
+from mellea.engine.types import SamplingParams
+import torch
+
+def kernel_family():
+    if hasattr(cpu_kernels, "family"):  # the run-time choice, where the build has one
+        return cpu_kernels.family()
+    if not cpu_kernels.available():
+        return "none (PyTorch path)"
+    return "avx512-vnni" if cpu_kernels.int4_vnni_supported() else "native build, no VNNI"
+
+engine = Engine(sys.argv[1], dtype="auto")
+ready = time.monotonic() - started
+loading_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+tokens = int(sys.argv[2])
+
+async def decode():
+    prompt = engine.apply_chat_template([{"role": "user", "content": "Tell me a story."}])
+    params = SamplingParams(max_tokens=tokens, ignore_eos=True)
+    first = None
+    count = 0
+    async for out in engine.add_request(prompt, params):
+        count += len(out.token_ids)
+        if first is None:
+            first = time.monotonic()
+    return (count - 1) / (time.monotonic() - first)
+
+rate = asyncio.run(decode())
+rss = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+stats = engine.stats()
+print(json.dumps({
+    "ready_s": round(ready, 2), "peak_rss_loading_gb": round(loading_peak / 1e9, 3),
+    "rss_serving_gb": round(rss / 1e9, 3), "decode_tok_s": round(rate, 2),
+    "kv_cache_gb": round(stats.get("kv_cache_bytes", 0) / 1e9, 3),
+    "format": resolve_format("auto", torch.device("cpu"), resolve_model(sys.argv[1])),
+    "kernels": kernel_family(),
+}))
+engine.shutdown()
+"""
+
+
+def ours(gguf: Path, tokens: int) -> dict:
+    """Our engine on ``gguf`` in a fresh process (its own peak RSS)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", OURS, str(gguf), str(tokens)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
+    if done.returncode:
+        raise RuntimeError(f"our engine failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def llama_cpp(gguf: Path, tokens: int) -> dict:
+    """llama-server's start and memory, llama-bench's batch-1 decode rate."""
+    from benchmarks.bench_peers import free_port, wait_healthy
+
+    tools = llama_tools()
+    port = free_port()
+    command = [str(tools["llama-server"]), "-m", str(gguf), "--port", str(port), "-t", "2"]
+    command += ["--parallel", "32", "-c", "16384", "--no-webui"]
+    log = LOGS / "large-llama-server.log"
+    started = time.monotonic()
+    with open(log, "wb") as out:
+        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(server, f"http://127.0.0.1:{port}", log, timeout=600)
+        ready = time.monotonic() - started
+        status = Path(f"/proc/{server.pid}/status").read_text()
+        peak = next(
+            int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM")
+        )
+    finally:
+        server.terminate()
+        server.wait()
+    bench = [str(tools["llama-bench"]), "-m", str(gguf), "-p", "0", "-n", str(tokens), "-t", "2"]
+    done = subprocess.run(bench + ["-o", "json", "-r", "2"], capture_output=True, text=True)
+    rate = json.loads(done.stdout)[0]["avg_ts"] if done.returncode == 0 else None
+    return {
+        "ready_s": round(ready, 2),
+        "peak_rss_gb": round(peak * 1024 / 1e9, 3),
+        "decode_tok_s": rate,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=24, help="of the 24 (fewer: a quick check)")
+    parser.add_argument("--formats", default="Q4_1,Q4_K_M")
+    parser.add_argument("--tokens", type=int, default=32, help="decoded per measurement")
+    parser.add_argument("--skip-llama", action="store_true", help="measure ours only")
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    formats = args.formats.split(",")
+    rows = []
+    for fmt, path in gguf_files(args.layers, formats).items():
+        row = {"format": fmt, "file_gb": round(path.stat().st_size / 1e9, 3)}
+        row["ours"] = ours(path, args.tokens)
+        if not args.skip_llama:
+            row["llama.cpp"] = llama_cpp(path, args.tokens)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    out = ROOT / "benchmarks" / "results" / f"large-{args.layers}l.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"layers": args.layers, "rows": rows}, indent=1))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    main()

