@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mellea.core.base import Component, Span, TemplateRepresentation
+from mellea.core.optional import import_optional
 from mellea.core.thunk import ModelOutputThunk
 from mellea.stdlib.components.mobject import MObject, Query, Transform
 
@@ -24,11 +25,7 @@ DOCLING_MISSING = (
 
 
 def _docling_document_class() -> Any:
-    try:
-        from docling_core.types.doc.document import DoclingDocument
-    except ImportError as exc:
-        raise ImportError(DOCLING_MISSING) from exc
-    return DoclingDocument
+    return import_optional("docling_core.types.doc.document", DOCLING_MISSING).DoclingDocument
 
 
 class RichDocument(Component[str]):
