@@ -26,7 +26,7 @@ TRANSFORM_TEMPLATE = (
 )
 
 
-def object_tools_and_fields(obj: Component) -> tuple[dict[str, Any] | None, list[Any] | None]:
+def _object_tools_and_fields(obj: Component) -> tuple[dict[str, Any] | None, list[Any] | None]:
     """The tools and fields of ``obj``'s template representation (none for plain text)."""
     rep = obj.format_for_llm()
     if isinstance(rep, TemplateRepresentation):
@@ -54,7 +54,7 @@ class _ObjectRequest(Component[str]):
 
     def format_for_llm(self) -> TemplateRepresentation:
         """The object and the request, with the object's tools and fields."""
-        tools, fields = object_tools_and_fields(self._obj)
+        tools, fields = _object_tools_and_fields(self._obj)
         return TemplateRepresentation(
             obj=self,
             args={self._arg_name: self._request, **self._object_args()},
