@@ -11,6 +11,7 @@ from mellea.backends.openai import _tool_call, request_body, wire_messages
 from mellea.backends.tool_parsing import tool_functions
 from mellea.core.errors import RequestError
 from mellea.core.model_options import ModelOption
+from mellea.core.optional import import_optional
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
 
 LITELLM_MISSING = (
@@ -20,11 +21,7 @@ DEFAULT_MODEL = "ollama_chat/granite4.1:3b"
 
 
 def _litellm() -> Any:
-    try:
-        import litellm
-    except ImportError as exc:
-        raise ImportError(LITELLM_MISSING) from exc
-    return litellm
+    return import_optional("litellm", LITELLM_MISSING)
 
 
 class LiteLLMBackend(Backend):

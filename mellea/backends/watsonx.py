@@ -12,6 +12,7 @@ from typing import Any
 from mellea.backends.base import Backend, openai_tools
 from mellea.backends.tool_parsing import tool_functions
 from mellea.core.model_options import ModelOption
+from mellea.core.optional import import_optional
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
 
 WATSONX_MISSING = "WatsonxAIBackend needs the 'ibm-watsonx-ai' package; install it with `pip install ibm-watsonx-ai`"
@@ -28,12 +29,9 @@ _PARAMS = {
 
 
 def _sdk() -> Any:
-    try:
-        from ibm_watsonx_ai import Credentials
-        from ibm_watsonx_ai.foundation_models import ModelInference
-    except ImportError as exc:
-        raise ImportError(WATSONX_MISSING) from exc
-    return Credentials, ModelInference
+    sdk = import_optional("ibm_watsonx_ai", WATSONX_MISSING)
+    models = import_optional("ibm_watsonx_ai.foundation_models", WATSONX_MISSING)
+    return sdk.Credentials, models.ModelInference
 
 
 class WatsonxAIBackend(Backend):

@@ -79,6 +79,10 @@ class ScopedActivation:
     def _scope_name(self) -> str:
         return type(self).__name__
 
+    def _scope_items(self) -> Any:
+        """What the block registers: ``self`` unless a subclass says otherwise."""
+        return self
+
     def __enter__(self) -> Any:
         """Register for the block; one instance may be active in one block at a time."""
         if self._scope_id is not None:
@@ -89,7 +93,7 @@ class ScopedActivation:
         from mellea.plugins.registry import register
 
         scope_id = str(uuid.uuid4())
-        register(self, session_id=scope_id)
+        register(self._scope_items(), session_id=scope_id)
         self._scope_id = scope_id
         return self
 

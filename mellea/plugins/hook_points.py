@@ -17,30 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
-from mellea.plugins.hooks.component import (
-    ComponentPostErrorPayload,
-    ComponentPostSuccessPayload,
-    ComponentPreExecutePayload,
-)
-from mellea.plugins.hooks.generation import (
-    GenerationErrorPayload,
-    GenerationPostCallPayload,
-    GenerationPreCallPayload,
-)
-from mellea.plugins.hooks.sampling import (
-    SamplingIterationPayload,
-    SamplingLoopEndPayload,
-    SamplingLoopStartPayload,
-    SamplingRepairPayload,
-)
-from mellea.plugins.hooks.session import (
-    SessionCleanupPayload,
-    SessionPostInitPayload,
-    SessionPreInitPayload,
-    SessionResetPayload,
-)
-from mellea.plugins.hooks.tool import ToolPostInvokePayload, ToolPreInvokePayload
-from mellea.plugins.hooks.validation import ValidationPostCheckPayload, ValidationPreCheckPayload
+from mellea.plugins.hooks import PAYLOADS
 from mellea.plugins.manager import (
     get_plugin_manager,
     has_plugins,
@@ -50,6 +27,14 @@ from mellea.plugins.manager import (
 from mellea.plugins.types import HookType
 
 Checks = list[tuple[Any, Any]]
+
+
+async def _invoke(hook: HookType, backend: Any, **fields: Any) -> Any:
+    """Run ``hook``'s handlers on its payload made of ``fields``; the payload as they
+    left it. Callers check ``has_plugins(hook)`` first, so that no payload is built
+    for a hook nobody handles."""
+    _, changed = await invoke_hook(hook, PAYLOADS[hook](**fields), backend=backend)
+    return changed
 
 
 def _ms_since(started: float) -> float:
@@ -85,15 +70,17 @@ async def session_pre_init(
     """``session_pre_init``: the model id and options to build the backend with."""
     if not has_plugins(HookType.SESSION_PRE_INIT):
         return model_id, model_options
-    payload = SessionPreInitPayload(
+    named = "" if model_id is None else str(model_id)
+    changed = await _invoke(
+        HookType.SESSION_PRE_INIT,
+        None,
         session_id=session_id,
         backend_name=backend_name,
-        model_id="" if model_id is None else str(model_id),
+        model_id=named,
         model_options=model_options,
         context_type=context_type,
     )
-    _, changed = await invoke_hook(HookType.SESSION_PRE_INIT, payload)
-    if changed.model_id != payload.model_id:
+    if changed.model_id != named:
         model_id = changed.model_id
     return model_id, changed.model_options
 
@@ -101,17 +88,24 @@ async def session_pre_init(
 async def session_post_init(session: Any) -> None:
     """``session_post_init``: the session is ready."""
     if has_plugins(HookType.SESSION_POST_INIT):
-        payload = SessionPostInitPayload(
-            session_id=session.id, model_id=_model_of(session.backend) or "", context=session.ctx
+        await _invoke(
+            HookType.SESSION_POST_INIT,
+            session.backend,
+            session_id=session.id,
+            model_id=_model_of(session.backend) or "",
+            context=session.ctx,
         )
-        await invoke_hook(HookType.SESSION_POST_INIT, payload, backend=session.backend)
 
 
 async def session_reset(session: Any) -> None:
     """``session_reset``: the context is about to be emptied."""
     if has_plugins(HookType.SESSION_RESET):
-        payload = SessionResetPayload(session_id=session.id, previous_context=session.ctx)
-        await invoke_hook(HookType.SESSION_RESET, payload, backend=session.backend)
+        await _invoke(
+            HookType.SESSION_RESET,
+            session.backend,
+            session_id=session.id,
+            previous_context=session.ctx,
+        )
 
 
 async def session_cleanup(
@@ -119,13 +113,14 @@ async def session_cleanup(
 ) -> None:
     """``session_cleanup``: the session ends."""
     if has_plugins(HookType.SESSION_CLEANUP):
-        payload = SessionCleanupPayload(
+        await _invoke(
+            HookType.SESSION_CLEANUP,
+            session.backend,
             session_id=session.id,
             context=session.ctx,
             interaction_count=interaction_count,
             exception=exception,
         )
-        await invoke_hook(HookType.SESSION_CLEANUP, payload, backend=session.backend)
 
 
 # -- component -------------------------------------------------------------
@@ -146,17 +141,25 @@ class ComponentRun:
     action_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     started: float = field(default_factory=time.perf_counter)
 
+    def ids(self) -> dict[str, Any]:
+        """The fields every component hook's payload starts with."""
+        return {
+            "session_id": self.session_id,
+            "action_id": self.action_id,
+            "component_type": type(self.action).__name__,
+            "action": self.action,
+        }
+
 
 async def component_pre_execute(run: ComponentRun, context: Any, backend: Any) -> ComponentRun:
     """``component_pre_execute``: ``run`` with the plugins' changes applied."""
     if not has_plugins(HookType.COMPONENT_PRE_EXECUTE):
         return run
     view = getattr(context, "as_list", None)
-    payload = ComponentPreExecutePayload(
-        session_id=run.session_id,
-        action_id=run.action_id,
-        component_type=type(run.action).__name__,
-        action=run.action,
+    changed = await _invoke(
+        HookType.COMPONENT_PRE_EXECUTE,
+        backend,
+        **run.ids(),
         context_view=view() if callable(view) else None,
         requirements=list(run.requirements),
         model_options=dict(run.model_options),
@@ -164,7 +167,6 @@ async def component_pre_execute(run: ComponentRun, context: Any, backend: Any) -
         strategy=run.strategy,
         tool_calls_enabled=run.tool_calls,
     )
-    _, changed = await invoke_hook(HookType.COMPONENT_PRE_EXECUTE, payload, backend=backend)
     run.requirements = list(changed.requirements)
     run.model_options = dict(changed.model_options)
     run.format = changed.format
@@ -184,11 +186,10 @@ async def component_post_success(
     """``component_post_success``: ``result`` is the component's output."""
     if not has_plugins(HookType.COMPONENT_POST_SUCCESS):
         return
-    payload = ComponentPostSuccessPayload(
-        session_id=run.session_id,
-        action_id=run.action_id,
-        component_type=type(run.action).__name__,
-        action=run.action,
+    await _invoke(
+        HookType.COMPONENT_POST_SUCCESS,
+        backend,
+        **run.ids(),
         result=result,
         context_before=context_before,
         context_after=context_after,
@@ -196,7 +197,6 @@ async def component_post_success(
         sampling_success=sampling.success if sampling is not None else None,
         latency_ms=int(_ms_since(run.started)),
     )
-    await invoke_hook(HookType.COMPONENT_POST_SUCCESS, payload, backend=backend)
 
 
 async def component_post_error(
@@ -205,18 +205,16 @@ async def component_post_error(
     """``component_post_error``: the component raised ``error`` (which then propagates)."""
     if not has_plugins(HookType.COMPONENT_POST_ERROR):
         return
-    payload = ComponentPostErrorPayload(
-        session_id=run.session_id,
-        action_id=run.action_id,
-        component_type=type(run.action).__name__,
-        action=run.action,
+    await _invoke(
+        HookType.COMPONENT_POST_ERROR,
+        backend,
+        **run.ids(),
         error=error,
         error_type=type(error).__name__,
         stack_trace="".join(traceback.format_exception(error)),
         context=context,
         model_options=dict(run.model_options),
     )
-    await invoke_hook(HookType.COMPONENT_POST_ERROR, payload, backend=backend)
 
 
 # -- generation ------------------------------------------------------------
@@ -253,7 +251,9 @@ async def generate(
         )
     generation_id = str(uuid.uuid4())
     if has_plugins(HookType.GENERATION_PRE_CALL):
-        payload = GenerationPreCallPayload(
+        changed = await _invoke(
+            HookType.GENERATION_PRE_CALL,
+            backend,
             session_id=session_id,
             action=action,
             context=context,
@@ -264,7 +264,6 @@ async def generate(
             model=_model_of(backend),
             provider=_provider_of(backend),
         )
-        _, changed = await invoke_hook(HookType.GENERATION_PRE_CALL, payload, backend=backend)
         model_options, format, tool_calls = (
             changed.model_options,
             changed.format,
@@ -284,14 +283,15 @@ async def generate(
     async def post_call(done: ModelOutputThunk) -> None:
         with manager.active():
             if has_plugins(HookType.GENERATION_POST_CALL):
-                payload = GenerationPostCallPayload(
+                await _invoke(
+                    HookType.GENERATION_POST_CALL,
+                    backend,
                     session_id=session_id,
                     prompt=messages,
                     model_output=done,
                     latency_ms=_ms_since(started),
                     generation_id=generation_id,
                 )
-                await invoke_hook(HookType.GENERATION_POST_CALL, payload, backend=backend)
 
     async def watched(source: AsyncIterator[GenerationChunk]) -> AsyncIterator[GenerationChunk]:
         try:
@@ -319,14 +319,15 @@ async def _generation_error(
     session_id: str | None,
 ) -> None:
     if has_plugins(HookType.GENERATION_ERROR):
-        payload = GenerationErrorPayload(
+        await _invoke(
+            HookType.GENERATION_ERROR,
+            backend,
             session_id=session_id,
             exception=exc,
             model_output=thunk,
             generation_id=generation_id,
             latency_ms=_ms_since(started) if thunk is not None else 0.0,
         )
-        await invoke_hook(HookType.GENERATION_ERROR, payload, backend=backend)
 
 
 # -- validation ------------------------------------------------------------
@@ -351,43 +352,41 @@ async def validate(
     post = has_plugins(HookType.VALIDATION_POST_CHECK)
     if not (pre or post):
         return requirements, await check(requirements)
-    validation_id = str(uuid.uuid4())
+    ids = {"session_id": session_id, "validation_id": str(uuid.uuid4())}
     if pre:
-        payload = ValidationPreCheckPayload(
-            session_id=session_id,
-            validation_id=validation_id,
+        changed = await _invoke(
+            HookType.VALIDATION_PRE_CHECK,
+            backend,
+            **ids,
             requirements=list(requirements),
             target=target,
             context=context,
             model_options=dict(model_options or {}),
         )
-        _, changed = await invoke_hook(HookType.VALIDATION_PRE_CHECK, payload, backend=backend)
         requirements = list(changed.requirements)
     try:
         results = await check(requirements)
     except Exception as exc:
         if post:
-            failed = ValidationPostCheckPayload(
-                session_id=session_id,
-                validation_id=validation_id,
+            await _invoke(
+                HookType.VALIDATION_POST_CHECK,
+                backend,
+                **ids,
                 requirements=list(requirements),
                 exception=exc,
             )
-            await invoke_hook(HookType.VALIDATION_POST_CHECK, failed, backend=backend)
         raise
     if post:
         passed = sum(1 for r in results if _passed(r))
-        payload_after = ValidationPostCheckPayload(
-            session_id=session_id,
-            validation_id=validation_id,
+        changed_after = await _invoke(
+            HookType.VALIDATION_POST_CHECK,
+            backend,
+            **ids,
             requirements=list(requirements),
             results=list(results),
             all_validations_passed=passed == len(results),
             passed_count=passed,
             failed_count=len(results) - passed,
-        )
-        _, changed_after = await invoke_hook(
-            HookType.VALIDATION_POST_CHECK, payload_after, backend=backend
         )
         results = list(changed_after.results)
     return requirements, results
@@ -424,19 +423,19 @@ async def sample(
         return await strategy.asample(generate, validate, requirements)
     sampling_id = str(uuid.uuid4())
     name = type(strategy).__name__
+    ids = {"session_id": session_id, "sampling_id": sampling_id, "strategy_name": name}
     active = [*(getattr(strategy, "requirements", None) or requirements)]
     if has_plugins(HookType.SAMPLING_LOOP_START):
         budget = int(getattr(strategy, "loop_budget", 1))
-        start = SamplingLoopStartPayload(
-            session_id=session_id,
-            sampling_id=sampling_id,
-            strategy_name=name,
+        changed = await _invoke(
+            HookType.SAMPLING_LOOP_START,
+            backend,
+            **ids,
             action=action,
             context=context,
             requirements=active,
             loop_budget=budget,
         )
-        _, changed = await invoke_hook(HookType.SAMPLING_LOOP_START, start, backend=backend)
         if changed.loop_budget != budget:
             strategy = copy.copy(strategy)
             strategy.loop_budget = changed.loop_budget
@@ -452,10 +451,10 @@ async def sample(
         iteration = attempts.get(id(thunk), len(attempts))
         passed = sum(1 for _, r in checks if _passed(r))
         if has_plugins(HookType.SAMPLING_ITERATION):
-            payload = SamplingIterationPayload(
-                session_id=session_id,
-                sampling_id=sampling_id,
-                strategy_name=name,
+            await _invoke(
+                HookType.SAMPLING_ITERATION,
+                backend,
+                **ids,
                 iteration=iteration,
                 action=action,
                 result=thunk,
@@ -464,9 +463,10 @@ async def sample(
                 valid_count=passed,
                 total_count=len(checks),
             )
-            await invoke_hook(HookType.SAMPLING_ITERATION, payload, backend=backend)
         if passed < len(checks) and has_plugins(HookType.SAMPLING_REPAIR):
-            repair = SamplingRepairPayload(
+            await _invoke(
+                HookType.SAMPLING_REPAIR,
+                backend,
                 session_id=session_id,
                 sampling_id=sampling_id,
                 repair_type=getattr(strategy, "_get_repair_type", lambda: "unknown")(),
@@ -477,28 +477,20 @@ async def sample(
                 repair_context=context,
                 repair_iteration=iteration,
             )
-            await invoke_hook(HookType.SAMPLING_REPAIR, repair, backend=backend)
         return checks
 
     try:
         result = await strategy.asample(generate_counted, validate_reported, requirements)
     except Exception as exc:
         if has_plugins(HookType.SAMPLING_LOOP_END):
-            failed = SamplingLoopEndPayload(
-                session_id=session_id,
-                sampling_id=sampling_id,
-                strategy_name=name,
-                success=False,
-                exception=exc,
-            )
-            await invoke_hook(HookType.SAMPLING_LOOP_END, failed, backend=backend)
+            await _invoke(HookType.SAMPLING_LOOP_END, backend, **ids, success=False, exception=exc)
         raise
     if has_plugins(HookType.SAMPLING_LOOP_END):
         used = len(result.sample_generations)
-        end = SamplingLoopEndPayload(
-            session_id=session_id,
-            sampling_id=sampling_id,
-            strategy_name=name,
+        await _invoke(
+            HookType.SAMPLING_LOOP_END,
+            backend,
+            **ids,
             success=result.success,
             iterations_used=used,
             final_result=result.result,
@@ -508,7 +500,6 @@ async def sample(
             all_results=list(result.sample_generations),
             all_validations=list(result.sample_validations),
         )
-        await invoke_hook(HookType.SAMPLING_LOOP_END, end, backend=backend)
     return result
 
 
@@ -519,12 +510,13 @@ async def tool_pre_invoke(call: Any, invocation_id: str, backend: Any = None) ->
     """``tool_pre_invoke``: the tool call to run (a plugin may replace it)."""
     if not has_plugins(HookType.TOOL_PRE_INVOKE):
         return call
-    payload = ToolPreInvokePayload(
+    changed = await _invoke(
+        HookType.TOOL_PRE_INVOKE,
+        backend,
         tool_invocation_id=invocation_id,
         model_tool_call=call,
         is_control_flow=is_internal_tool(call.name),
     )
-    _, changed = await invoke_hook(HookType.TOOL_PRE_INVOKE, payload, backend=backend)
     return changed.model_tool_call if changed.model_tool_call is not None else call
 
 
@@ -540,7 +532,9 @@ async def tool_post_invoke(
     """``tool_post_invoke``: the tool's output as the plugins left it."""
     if not has_plugins(HookType.TOOL_POST_INVOKE):
         return output
-    payload = ToolPostInvokePayload(
+    changed = await _invoke(
+        HookType.TOOL_POST_INVOKE,
+        backend,
         tool_invocation_id=invocation_id,
         model_tool_call=call,
         tool_output=output,
@@ -550,5 +544,4 @@ async def tool_post_invoke(
         error=error,
         is_control_flow=is_internal_tool(call.name),
     )
-    _, changed = await invoke_hook(HookType.TOOL_POST_INVOKE, payload, backend=backend)
     return changed.tool_output

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
-from mellea.plugins.base import PluginMeta, PluginResult, PluginViolation
+from mellea.plugins.base import PluginMeta, PluginResult, PluginViolation, ScopedActivation
 from mellea.plugins.decorators import HookMeta
 from mellea.plugins.manager import PluginManager, get_plugin_manager
 from mellea.plugins.pluginset import PluginSet
@@ -124,39 +122,14 @@ def _first(*values: int | None) -> int:
     return next(v for v in values if v is not None)
 
 
-class _PluginScope:
+class _PluginScope(ScopedActivation):
     """What ``plugin_scope`` returns: registers its items for a ``with`` block."""
 
     def __init__(self, items: list[Item]) -> None:
         self._items = items
-        self._scope_id: str | None = None
 
-    def __enter__(self) -> _PluginScope:
-        scope_id = str(uuid.uuid4())
-        register(self._items, session_id=scope_id)
-        self._scope_id = scope_id
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        scope_id, self._scope_id = self._scope_id, None
-        if scope_id is not None:
-            get_plugin_manager().remove_scope(scope_id)
-
-    async def __aenter__(self) -> _PluginScope:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc_val, exc_tb)
+    def _scope_items(self) -> list[Item]:
+        return self._items
 
 
 def plugin_scope(*items: Item | list[Item]) -> _PluginScope:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mellea.plugins.builtin_debug._text import describe, preview
+from mellea.plugins.builtin_debug._text import describe, log_verdict, passed
 from mellea.plugins.decorators import hook
 from mellea.plugins.hooks.sampling import (
     SamplingIterationPayload,
@@ -16,10 +16,6 @@ from mellea.plugins.hooks.sampling import (
 from mellea.plugins.types import HookType
 
 logger = logging.getLogger(__name__)
-
-
-def _passed(result: Any) -> bool:
-    return bool(result.as_bool()) if hasattr(result, "as_bool") else bool(result)
 
 
 @hook(HookType.SAMPLING_LOOP_START)
@@ -51,13 +47,7 @@ async def log_sampling_iteration(payload: SamplingIterationPayload, ctx: Any) ->
     if payload.all_validations_passed:
         return
     for requirement, result in payload.validation_results:
-        if _passed(result):
-            logger.debug("    pass %s", describe(requirement))
-            continue
-        logger.info("    FAIL %s", describe(requirement))
-        reason = getattr(result, "reason", None)
-        if reason and reason.strip().lower() not in ("yes", "no"):
-            logger.info("       reason: %s", preview(reason))
+        log_verdict(logger, requirement, result)
 
 
 @hook(HookType.SAMPLING_REPAIR)
@@ -68,7 +58,7 @@ async def log_sampling_repair(payload: SamplingRepairPayload, ctx: Any) -> None:
         "[REPAIR] at iteration %d (repair_type=%s)", payload.repair_iteration, payload.repair_type
     )
     for requirement, result in payload.failed_validations:
-        if not _passed(result):
+        if not passed(result):
             logger.info("     failed: %s", describe(requirement))
 
 

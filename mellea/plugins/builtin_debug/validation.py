@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mellea.plugins.builtin_debug._text import describe, preview
+from mellea.plugins.builtin_debug._text import describe, log_verdict
 from mellea.plugins.decorators import hook
 from mellea.plugins.hooks.validation import ValidationPostCheckPayload, ValidationPreCheckPayload
 from mellea.plugins.types import HookType
@@ -39,14 +39,4 @@ async def log_validation_post_check(payload: ValidationPostCheckPayload, ctx: An
             total or len(payload.results),
         )
     for requirement, result in zip(payload.requirements, payload.results, strict=False):
-        passed = bool(result.as_bool()) if hasattr(result, "as_bool") else bool(result)
-        if passed:
-            logger.debug("    pass %s", describe(requirement))
-            continue
-        logger.info("    FAIL %s", describe(requirement))
-        reason = getattr(result, "reason", None)
-        if reason and reason.strip().lower() not in ("yes", "no"):
-            logger.info("       reason: %s", preview(reason))
-        score = getattr(result, "score", None)
-        if score is not None:
-            logger.debug("       score: %.2f", score)
+        log_verdict(logger, requirement, result, with_score=True)

@@ -8,13 +8,14 @@ import types
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from mellea.core.base import ComponentParseError, Span, TemplateRepresentation
-from mellea.core.thunk import ModelOutputThunk
+from mellea.core.base import TemplateRepresentation
 from mellea.stdlib.components.mobject import (
+    MObjectMethods,
     MObjectProtocol,
     Query,
     Transform,
     documented,
+    member_tools,
     public_methods,
 )
 
@@ -57,26 +58,11 @@ class MifiedProtocol(MObjectProtocol, Protocol):
     _parsing_func: Callable[[str], object] | None = None
     _stringify_func: Callable[[object], str] | None = None
 
-    def parts(self) -> list[Span]:
-        """No sub-parts.
-
-        [no-index]
-        """
-        return []
-
-    def get_query_object(self, query: str) -> Query:
-        """The component asking ``query`` about this object.
-
-        [no-index]
-        """
-        return self._query_type(self, query)
-
-    def get_transform_object(self, transformation: str) -> Transform:
-        """The component asking for ``transformation`` of this object.
-
-        [no-index]
-        """
-        return self._transform_type(self, transformation)
+    parts = MObjectMethods.parts
+    get_query_object = MObjectMethods.get_query_object
+    get_transform_object = MObjectMethods.get_transform_object
+    _parse = MObjectMethods._parse
+    parse = MObjectMethods.parse
 
     def content_as_string(self) -> str:
         """The object as text: ``stringify_func(obj)`` when given, else ``str(obj)``.
@@ -119,8 +105,6 @@ class MifiedProtocol(MObjectProtocol, Protocol):
 
         [no-index]
         """
-        from mellea.backends.tools import MelleaTool
-
         args: dict[str, Any] = {"content": self.content_as_string()}
         if self._fields_include or self._fields_exclude:
             args = self._get_all_fields()
@@ -128,28 +112,11 @@ class MifiedProtocol(MObjectProtocol, Protocol):
         return TemplateRepresentation(
             obj=self,
             args=args,
-            tools={k: MelleaTool.from_callable(f, k) for k, f in self._get_all_members().items()},
+            tools=member_tools(self._get_all_members()),
             fields=[],
             template=self._template,
             template_order=[order] if isinstance(order, str) else list(order),
         )
-
-    def _parse(self, computed: ModelOutputThunk) -> str:
-        """The model's answer as text.
-
-        [no-index]
-        """
-        return computed.value or ""
-
-    def parse(self, computed: ModelOutputThunk) -> str:
-        """The model's answer as text.
-
-        [no-index]
-        """
-        try:
-            return self._parse(computed)
-        except Exception as exc:
-            raise ComponentParseError(f"component parsing failed: {exc}") from exc
 
 
 _PROTOCOL_METHODS = {

@@ -27,34 +27,46 @@ TRANSFORM_TEMPLATE = (
 
 
 def _object_tools_and_fields(obj: Component) -> tuple[dict[str, Any] | None, list[Any] | None]:
+    """The tools and fields of ``obj``'s template representation (none for plain text)."""
     rep = obj.format_for_llm()
     if isinstance(rep, TemplateRepresentation):
         return rep.tools, rep.fields
     return None, None
 
 
-class Query(Component[str]):
-    """A question about an object; the object's tools come along."""
+class _ObjectRequest(Component[str]):
+    """Asks the model something about an object; the object's tools come along.
 
-    def __init__(self, obj: Component, query: str) -> None:
+    Subclasses name the argument that carries the request, the template and the
+    template order, and may show the object differently (``_object_args``)."""
+
+    _arg_name: str
+    _template: str
+    _template_order: tuple[str, ...]
+
+    def __init__(self, obj: Component, request: str) -> None:
         self._obj = obj
-        self._query = query
+        self._request = request
 
     def parts(self) -> list[Span]:
         """The object asked about."""
         return [self._obj]
 
     def format_for_llm(self) -> TemplateRepresentation:
-        """The object and the question, with the object's tools and fields."""
+        """The object and the request, with the object's tools and fields."""
         tools, fields = _object_tools_and_fields(self._obj)
         return TemplateRepresentation(
             obj=self,
-            args={"query": self._query, "content": self._obj},
+            args={self._arg_name: self._request, **self._object_args()},
             tools=tools,
             fields=fields,
-            template=QUERY_TEMPLATE,
-            template_order=["Query"],
+            template=self._template,
+            template_order=list(self._template_order),
         )
+
+    def _object_args(self) -> dict[str, Any]:
+        """The template arguments that show the object."""
+        return {"content": self._obj}
 
     @property
     def text(self) -> str:
@@ -65,36 +77,28 @@ class Query(Component[str]):
         return computed.value or ""
 
 
-class Transform(Component[str]):
+class Query(_ObjectRequest):
+    """A question about an object; the object's tools come along."""
+
+    _arg_name = "query"
+    _template = QUERY_TEMPLATE
+    _template_order = ("Query",)
+
+    def __init__(self, obj: Component, query: str) -> None:
+        super().__init__(obj, query)
+        self._query = query
+
+
+class Transform(_ObjectRequest):
     """A request to change an object; the object's tools come along."""
 
+    _arg_name = "transformation"
+    _template = TRANSFORM_TEMPLATE
+    _template_order = ("Transform",)
+
     def __init__(self, obj: Component, transformation: str) -> None:
-        self._obj = obj
+        super().__init__(obj, transformation)
         self._transformation = transformation
-
-    def parts(self) -> list[Span]:
-        """The object to change."""
-        return [self._obj]
-
-    def format_for_llm(self) -> TemplateRepresentation:
-        """The object and the transformation, with the object's tools and fields."""
-        tools, fields = _object_tools_and_fields(self._obj)
-        return TemplateRepresentation(
-            obj=self,
-            args={"transformation": self._transformation, "content": self._obj},
-            tools=tools,
-            fields=fields,
-            template=TRANSFORM_TEMPLATE,
-            template_order=["Transform"],
-        )
-
-    @property
-    def text(self) -> str:
-        """The prompt text."""
-        return render_representation(self.format_for_llm())
-
-    def _parse(self, computed: ModelOutputThunk) -> str:
-        return computed.value or ""
 
 
 @runtime_checkable
@@ -153,17 +157,12 @@ def documented(methods: dict[str, Callable]) -> dict[str, Callable]:
     }
 
 
-class MObject(Component[str]):
-    """A base class for objects a model can query and transform.
+class MObjectMethods:
+    """The MObject methods that ``MObject`` and ``mify`` share: no sub-parts, the
+    query and transform components, and parsing the answer as text."""
 
-    Its documented methods (those without ``[no-index]`` in the docstring) are
-    offered as tools; ``query_type`` / ``transform_type`` choose the components
-    that ask about it.
-    """
-
-    def __init__(self, *, query_type: type = Query, transform_type: type = Transform) -> None:
-        self._query_type = query_type
-        self._transform_type = transform_type
+    _query_type: type
+    _transform_type: type
 
     def parts(self) -> list[Span]:
         """No sub-parts.
@@ -186,6 +185,43 @@ class MObject(Component[str]):
         """
         return self._transform_type(self, transformation)
 
+    def _parse(self, computed: ModelOutputThunk) -> str:
+        """The model's answer as text.
+
+        [no-index]
+        """
+        return computed.value or ""
+
+    def parse(self, computed: ModelOutputThunk) -> str:
+        """The model's answer as text.
+
+        [no-index]
+        """
+        try:
+            return self._parse(computed)
+        except Exception as exc:
+            raise ComponentParseError(f"component parsing failed: {exc}") from exc
+
+
+def member_tools(members: dict[str, Callable]) -> dict[str, Any]:
+    """The methods as tools the model can call, by name."""
+    from mellea.backends.tools import MelleaTool
+
+    return {name: MelleaTool.from_callable(fn, name) for name, fn in members.items()}
+
+
+class MObject(MObjectMethods, Component[str]):
+    """A base class for objects a model can query and transform.
+
+    Its documented methods (those without ``[no-index]`` in the docstring) are
+    offered as tools; ``query_type`` / ``transform_type`` choose the components
+    that ask about it.
+    """
+
+    def __init__(self, *, query_type: type = Query, transform_type: type = Transform) -> None:
+        self._query_type = query_type
+        self._transform_type = transform_type
+
     def content_as_string(self) -> str:
         """The object as text (``str(self)``).
 
@@ -201,28 +237,13 @@ class MObject(Component[str]):
 
         [no-index]
         """
-        from mellea.backends.tools import MelleaTool
-
         return TemplateRepresentation(
             obj=self,
             args={"content": self.content_as_string()},
-            tools={k: MelleaTool.from_callable(f, k) for k, f in self._get_all_members().items()},
+            tools=member_tools(self._get_all_members()),
             fields=[],
             template_order=["*", "MObject"],
         )
-
-    def _parse(self, computed: ModelOutputThunk) -> str:
-        return computed.value or ""
-
-    def parse(self, computed: ModelOutputThunk) -> str:
-        """The model's answer as text.
-
-        [no-index]
-        """
-        try:
-            return self._parse(computed)
-        except Exception as exc:
-            raise ComponentParseError(f"component parsing failed: {exc}") from exc
 
 
 __all__ = ["MObject", "MObjectProtocol", "Query", "Transform"]

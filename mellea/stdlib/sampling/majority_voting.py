@@ -25,6 +25,7 @@ class BaseMBRDSampling(RejectionSamplingStrategy):
     summed similarity to the rest (:meth:`compare_strings`)."""
 
     samples_without_requirements = True  # voting needs no requirements to run
+    _MATCH_TYPES: tuple[str, ...] = ()  # what compare_strings matches on (upstream's match_types)
 
     def __init__(
         self,
@@ -40,6 +41,7 @@ class BaseMBRDSampling(RejectionSamplingStrategy):
         self.number_of_samples = number_of_samples
         self.weighted = weighted
         self.symmetric = True
+        self.match_types = list(self._MATCH_TYPES)
 
     @abc.abstractmethod
     def compare_strings(self, ref: str, pred: str) -> float:
@@ -131,6 +133,8 @@ class MajorityVotingStrategyForMath(BaseMBRDSampling):
     are equal (compared by ``math-verify`` when it is installed, else as numbers
     rounded to ``float_rounding`` places, else as text)."""
 
+    _MATCH_TYPES = ("latex", "expr")
+
     def __init__(
         self,
         *,
@@ -148,7 +152,6 @@ class MajorityVotingStrategyForMath(BaseMBRDSampling):
             loop_budget=loop_budget,
             requirements=requirements,
         )
-        self.match_types = ["latex", "expr"]
         self.float_rounding = float_rounding
         self.strict = strict
         self.allow_set_relation_comp = allow_set_relation_comp
@@ -207,21 +210,7 @@ def rouge_l(reference: str, candidate: str) -> float:
 class MBRDRougeLStrategy(BaseMBRDSampling):
     """Minimum-Bayes-risk selection among text answers by ROUGE-L."""
 
-    def __init__(
-        self,
-        *,
-        number_of_samples: int = 8,
-        weighted: bool = False,
-        loop_budget: int = 1,
-        requirements: list[Requirement] | None = None,
-    ) -> None:
-        super().__init__(
-            number_of_samples=number_of_samples,
-            weighted=weighted,
-            loop_budget=loop_budget,
-            requirements=requirements,
-        )
-        self.match_types = ["rougeL"]
+    _MATCH_TYPES = ("rougeL",)
 
     def compare_strings(self, ref: str, pred: str) -> float:
         """ROUGE-L F1 of the two answers."""

@@ -28,6 +28,23 @@ class SamplingPreset(Generic[S]):
     example_usage: str | None = None
 
 
+def _repair_preset(
+    requirements: list[Requirement], loop_budget: int, *, name: str, description: str, made_by: str
+) -> SamplingPreset:
+    """A preset that repairs with model-friendly feedback; ``made_by`` is the call that
+    makes it, for the usage example."""
+    return SamplingPreset(
+        requirements=requirements,
+        strategy=ModelFriendlyRepairStrategy(loop_budget=loop_budget, requirements=requirements),
+        feedback_strategy_name=name,
+        description=f"{description} with model-friendly repair feedback",
+        example_usage=(
+            f"preset = {made_by}\n"
+            "m.instruct(prompt, requirements=preset.requirements, strategy=preset.strategy)"
+        ),
+    )
+
+
 def python_code_generation_sampling(
     loop_budget: int = 2,
     *,
@@ -46,15 +63,12 @@ def python_code_generation_sampling(
         timeout_seconds=timeout_seconds,
         use_sandbox=use_sandbox,
     )
-    return SamplingPreset(
-        requirements=requirements,
-        strategy=ModelFriendlyRepairStrategy(loop_budget=loop_budget, requirements=requirements),
-        feedback_strategy_name="python_code_repair",
-        description="Python code generation with model-friendly repair feedback",
-        example_usage=(
-            "preset = python_code_generation_sampling()\n"
-            "m.instruct(prompt, requirements=preset.requirements, strategy=preset.strategy)"
-        ),
+    return _repair_preset(
+        requirements,
+        loop_budget,
+        name="python_code_repair",
+        description="Python code generation",
+        made_by="python_code_generation_sampling()",
     )
 
 
@@ -78,15 +92,12 @@ def python_plotting_sampling(
     if output_path is not None:
         requirements.append(PlotFileSaved(output_path))
     requirements.append(PlotDependenciesAvailable())
-    return SamplingPreset(
-        requirements=requirements,
-        strategy=ModelFriendlyRepairStrategy(loop_budget=loop_budget, requirements=requirements),
-        feedback_strategy_name="matplotlib_plotting_repair",
-        description="matplotlib plotting with model-friendly repair feedback",
-        example_usage=(
-            "preset = python_plotting_sampling(output_path='/tmp/plot.png')\n"
-            "m.instruct(prompt, requirements=preset.requirements, strategy=preset.strategy)"
-        ),
+    return _repair_preset(
+        requirements,
+        loop_budget,
+        name="matplotlib_plotting_repair",
+        description="matplotlib plotting",
+        made_by="python_plotting_sampling(output_path='/tmp/plot.png')",
     )
 
 

@@ -108,19 +108,23 @@ class SOFAISamplingStrategy(SamplingStrategy):
         validations: list[Checks] = []
         conversation = list(messages)
         previous_failures: set[tuple[Any, Any, Any]] | None = None
-        for _ in range(self.loop_budget):
-            thunk = await self.s1_solver_backend.generate(
-                conversation, model_options=options, format=fmt
-            )
+
+        async def attempt(backend: Any, prompt: list[dict[str, Any]]) -> Checks:
+            """One answer from ``backend``, checked; both kept."""
+            thunk = await backend.generate(prompt, model_options=options, format=fmt)
             await thunk.avalue()
             checks = await self._check(thunk, validate, reqs, messages)
             generations.append(thunk)
             validations.append(checks)
+            return checks
+
+        for _ in range(self.loop_budget):
+            checks = await attempt(self.s1_solver_backend, conversation)
             if all(v.as_bool() for _, v in checks):
                 return SamplingResult(len(generations) - 1, True, generations, validations)
             failures = {(r.description, v.reason, v.score) for r, v in checks if not v.as_bool()}
             conversation += [
-                {"role": "assistant", "content": thunk.value or ""},
+                {"role": "assistant", "content": generations[-1].value or ""},
                 {"role": "user", "content": self.feedback(checks)},
             ]
             if failures == previous_failures:
@@ -140,13 +144,7 @@ class SOFAISamplingStrategy(SamplingStrategy):
             ]
         else:
             s2_messages = list(messages)
-        thunk = await self.s2_solver_backend.generate(
-            s2_messages, model_options=options, format=fmt
-        )
-        await thunk.avalue()
-        checks = await self._check(thunk, validate, reqs, messages)
-        generations.append(thunk)
-        validations.append(checks)
+        checks = await attempt(self.s2_solver_backend, s2_messages)
         success = all(v.as_bool() for _, v in checks)
         return SamplingResult(len(generations) - 1, success, generations, validations)
 

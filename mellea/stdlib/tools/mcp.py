@@ -13,15 +13,13 @@ from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from mellea.core.optional import import_optional
+
 MCP_MISSING = "MCP tools need the 'mcp' package; install it with `pip install mcp`"
 
 
 def _mcp() -> Any:
-    try:
-        import mcp
-    except ImportError as exc:
-        raise ImportError(MCP_MISSING) from exc
-    return mcp
+    return import_optional("mcp", MCP_MISSING)
 
 
 class MCPToolSpec:

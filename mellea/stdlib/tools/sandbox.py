@@ -107,13 +107,7 @@ def run_sandboxed(
             start_new_session=True,
             preexec_fn=functools.partial(_limits, memory_mb, int(timeout) + 1, file_mb),
         )
-        try:
-            out, err = proc.communicate(timeout=timeout)
-            return SandboxRun(proc.returncode, _text(out), _text(err))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-            return SandboxRun(proc.returncode, _text(out), _text(err), timed_out=True)
+        return _wait(proc, timeout)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -140,6 +134,11 @@ def run_plain(
         )
     except OSError as exc:
         return SandboxRun(127, "", str(exc))
+    return _wait(proc, timeout)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float) -> SandboxRun:
+    """Collect ``proc``'s output; past ``timeout`` its whole process group is killed."""
     try:
         out, err = proc.communicate(timeout=timeout)
         return SandboxRun(proc.returncode, _text(out), _text(err))

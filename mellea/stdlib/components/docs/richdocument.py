@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mellea.core.base import Component, Span, TemplateRepresentation
+from mellea.core.optional import import_optional
 from mellea.core.thunk import ModelOutputThunk
 from mellea.stdlib.components.mobject import MObject, Query, Transform
 
@@ -24,11 +25,7 @@ DOCLING_MISSING = (
 
 
 def _docling_document_class() -> Any:
-    try:
-        from docling_core.types.doc.document import DoclingDocument
-    except ImportError as exc:
-        raise ImportError(DOCLING_MISSING) from exc
-    return DoclingDocument
+    return import_optional("docling_core.types.doc.document", DOCLING_MISSING).DoclingDocument
 
 
 class RichDocument(Component[str]):
@@ -110,43 +107,28 @@ TABLE_TRANSFORM_TEMPLATE = (
 )
 
 
-def _tools_of(obj: Any) -> tuple[Any, Any]:
-    rep = obj.format_for_llm()
-    if isinstance(rep, TemplateRepresentation):
-        return rep.tools, rep.fields
-    return None, None
+class _ShownAsMarkdownTable:
+    """Shows the request's object to the model as a Markdown table."""
+
+    _obj: Any
+
+    def _object_args(self) -> dict[str, Any]:
+        """The table as Markdown."""
+        return {"table": _markdown_of(self._obj)}
 
 
-class TableQuery(Query):
+class TableQuery(_ShownAsMarkdownTable, Query):
     """A question about a table (or any object with ``to_markdown()``), shown as Markdown."""
 
-    def format_for_llm(self) -> TemplateRepresentation:
-        """The table's Markdown and the question, with the table's tools."""
-        tools, fields = _tools_of(self._obj)
-        return TemplateRepresentation(
-            obj=self,
-            args={"query": self._query, "table": _markdown_of(self._obj)},
-            tools=tools,
-            fields=fields,
-            template=TABLE_QUERY_TEMPLATE,
-            template_order=["TableQuery", "Query"],
-        )
+    _template = TABLE_QUERY_TEMPLATE
+    _template_order = ("TableQuery", "Query")
 
 
-class TableTransform(Transform):
+class TableTransform(_ShownAsMarkdownTable, Transform):
     """A change to a table (or any object with ``to_markdown()``), shown as Markdown."""
 
-    def format_for_llm(self) -> TemplateRepresentation:
-        """The table's Markdown and the transformation, with the table's tools."""
-        tools, fields = _tools_of(self._obj)
-        return TemplateRepresentation(
-            obj=self,
-            args={"transformation": self._transformation, "table": _markdown_of(self._obj)},
-            tools=tools,
-            fields=fields,
-            template=TABLE_TRANSFORM_TEMPLATE,
-            template_order=["TableTransform", "Transform"],
-        )
+    _template = TABLE_TRANSFORM_TEMPLATE
+    _template_order = ("TableTransform", "Transform")
 
 
 def _parse_pipe_table(md: str) -> list[list[str]] | None:
