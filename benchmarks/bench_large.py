@@ -136,11 +136,7 @@ from mellea.engine.types import SamplingParams
 import torch
 
 def kernel_family():
-    if hasattr(cpu_kernels, "family"):  # the run-time choice, where the build has one
-        return cpu_kernels.family()
-    if not cpu_kernels.available():
-        return "none (PyTorch path)"
-    return "avx512-vnni" if cpu_kernels.int4_vnni_supported() else "native build, no VNNI"
+    return cpu_kernels.family()
 
 engine = Engine(sys.argv[1], dtype="auto")
 ready = time.monotonic() - started
