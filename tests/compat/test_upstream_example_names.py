@@ -17,16 +17,10 @@ import pytest
 
 CORPUS = Path(__file__).parent / "upstream_examples" / "examples.json"
 
-CLI = "the `m alora` / `m decompose` modules are not ported yet (issue 23)"
 ADAPTERS = "intrinsics and LoRA adapters are not provided yet (issue 25, adapters)"
 
 # "module:name" (name empty for `import module`) -> why we do not provide it yet.
 EXPECTED_MISSING: dict[str, str] = {
-    "cli.alora.readme_generator:generate_readme": CLI,
-    "cli.alora.readme_generator:make_readme_jinja_dict": CLI,
-    "cli.decompose.pipeline:DecompBackend": CLI,
-    "cli.decompose.pipeline:DecompPipelineResult": CLI,
-    "cli.decompose.pipeline:decompose": CLI,
     "mellea.backends.adapters:AdapterMixin": ADAPTERS,
     "mellea.backends.adapters.adapter:AdapterType": ADAPTERS,
     "mellea.backends.adapters.adapter:CustomIntrinsicAdapter": ADAPTERS,
