@@ -173,15 +173,17 @@ def test_auto_serves_a_checkpoint_as_it_is_stored(tmp_path, monkeypatch):
 
 
 @pytest.mark.model
-def test_auto_keeps_int4_for_the_default_model_converted_from_its_q4_gguf():
-    """The bundled model reaches the engine as fp32 safetensors (converted from its
-    Q4_1 GGUF), yet auto still serves it as the file held it."""
+def test_auto_keeps_int4_for_the_default_models_q4_gguf():
+    """The bundled model is served from its Q4_1 GGUF (a metadata directory pointing at
+    the file, no safetensors weights), and auto serves it as the file holds it."""
     from mellea.engine import cpu_kernels
+    from mellea.engine.gguf_file import gguf_source
     from mellea.engine.loader import resolve_model
-    from mellea.engine.quant import stored_dtype
+    from mellea.engine.quant import checkpoint_is_4bit, stored_dtype
 
     path = resolve_model(None)
-    assert stored_dtype(path) == "float32"
+    assert gguf_source(path) is not None and stored_dtype(path) is None
+    assert checkpoint_is_4bit(path)
     want = "int4" if cpu_kernels.family() in ("avx512-vnni", "avx2") else "float32"
     assert resolve_format("auto", CPU, path) == want
 
