@@ -31,6 +31,7 @@ _PASSTHROUGH = {
     "max_tokens",
     "seed",
     "stop",
+    "tools",
     "tool_choice",
     "presence_penalty",
     "frequency_penalty",
