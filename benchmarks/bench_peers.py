@@ -110,9 +110,22 @@ def llama_source() -> Path:
     return source
 
 
-def llama_server_binary(build: bool) -> Path:
-    """Path of ``llama-server``; configured and built (``-j2``) first if missing."""
-    build_dir = PEERS / "llama-build"
+# llama.cpp's CPU build per instruction set: ``native`` (what this CPU has, AVX-512
+# here) or ``avx2`` (x86-64-v3: the fair peer of our AVX2 kernels on any machine).
+LLAMA_ISA_FLAGS = {
+    "native": ["-DGGML_NATIVE=ON"],
+    "avx2": [
+        "-DGGML_NATIVE=OFF",
+        *(f"-DGGML_{f}=ON" for f in ("AVX", "AVX2", "FMA", "F16C", "BMI2")),
+        *(f"-DGGML_{f}=OFF" for f in ("AVX512", "AVX512_VNNI", "AVX512_BF16", "AVX_VNNI")),
+    ],
+}
+
+
+def llama_server_binary(build: bool, isa: str = "native") -> Path:
+    """Path of ``llama-server`` for ``isa``; configured and built (``-j2``) first if
+    missing."""
+    build_dir = PEERS / ("llama-build" if isa == "native" else f"llama-build-{isa}")
     binary = build_dir / "bin" / "llama-server"
     if binary.is_file():
         return binary
@@ -121,7 +134,7 @@ def llama_server_binary(build: bool) -> Path:
     source = llama_source()
     configure = ["cmake", "-S", str(source), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release"]
     configure += [
-        "-DGGML_NATIVE=ON",
+        *LLAMA_ISA_FLAGS[isa],
         "-DGGML_CUDA=OFF",
         "-DLLAMA_CURL=OFF",
         "-DLLAMA_OPENSSL=OFF",
@@ -701,6 +714,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--overhead-requests", type=int, default=100, help="per client")
     parser.add_argument("--overhead-rounds", type=int, default=5, help="median of N rounds")
     parser.add_argument("--skip-build", action="store_true", help="fail instead of building")
+    parser.add_argument(
+        "--llama-isa",
+        choices=sorted(LLAMA_ISA_FLAGS),
+        default="native",
+        help="llama.cpp's CPU build: native, or avx2 (beside MELLEA_CPU_ISA=avx2 for ours)",
+    )
     return parser.parse_args()
 
 
@@ -711,8 +730,9 @@ def run_peers(args: argparse.Namespace, only: set[str], doc: dict[str, Any]) -> 
     gguf, model_dir = Path(doc["gguf"]), Path(doc["model_dir"])
     sizes = (levels, args.per_client, args.max_tokens)
     if "llama" in only:
-        binary = llama_server_binary(build)
+        binary = llama_server_binary(build, args.llama_isa)
         doc["versions"]["llama-server"] = version_of([str(binary), "--version"])
+        doc["llama_isa"] = args.llama_isa
         print(f"llama-server ({doc['versions']['llama-server']}) on {gguf.name}")
         with llama_server(binary, gguf) as (url, _):
             doc["rows"] += measure_server("llama", url, *sizes, {})
