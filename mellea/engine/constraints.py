@@ -62,6 +62,20 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 _LITERALS = ("enum", "const", "default", "examples")
 
 
+def _map_subschemas(schema: dict[str, Any], change: Any) -> dict[str, Any]:
+    """A copy of ``schema`` with ``change`` applied to each subschema: the values of its
+    schema maps (``properties``, ``$defs``, ...) and of every other key but literals."""
+    result: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _LITERALS:
+            result[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            result[key] = {name: change(sub) for name, sub in value.items()}
+        else:
+            result[key] = change(value)
+    return result
+
+
 def closed_objects(schema: Any) -> Any:
     """A copy of ``schema`` where objects with ``properties`` and no word on
     ``additionalProperties`` (or ``patternProperties``) allow no other properties."""
@@ -69,14 +83,7 @@ def closed_objects(schema: Any) -> Any:
         return [closed_objects(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    result: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key in _LITERALS:
-            result[key] = value
-        elif key in _SCHEMA_MAPS and isinstance(value, dict):
-            result[key] = {name: closed_objects(sub) for name, sub in value.items()}
-        else:
-            result[key] = closed_objects(value)
+    result = _map_subschemas(schema, closed_objects)
     open_ended = "additionalProperties" in schema or "patternProperties" in schema
     if isinstance(schema.get("properties"), dict) and not open_ended:
         result["additionalProperties"] = False
@@ -144,14 +151,7 @@ def bounded_free_values(schema: Any) -> Any:
         return [bounded_free_values(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    result: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key in _LITERALS:
-            result[key] = value
-        elif key in _SCHEMA_MAPS and isinstance(value, dict):
-            result[key] = {name: bounded_free_values(sub) for name, sub in value.items()}
-        else:
-            result[key] = bounded_free_values(value)
+    result = _map_subschemas(schema, bounded_free_values)
     member = any_value(FREE_DEPTH - 1)
     named = "properties" in schema or "patternProperties" in schema
     if (
