@@ -8,6 +8,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+from mellea.backends.adapters.backend import AdapterMixin
 from mellea.backends.base import Backend, openai_tools
 from mellea.backends.logprobs import openai_logprobs
 from mellea.core.content import CBlock, MediaBlock, openai_part, split_data_url
@@ -42,11 +43,20 @@ _PASSTHROUGH = {
     "top_logprobs",
     "modalities",  # e.g. ["text"] beside audio input (upstream's audio example sets it)
 }
-_EXTRA_BODY = {"top_k", "min_p", "repetition_penalty"}
+_EXTRA_BODY = {"top_k", "min_p", "repetition_penalty", "chat_template_kwargs"}
 
 
-class OpenAIBackend(Backend):
-    """Stream chat completions from ``base_url`` with the official ``openai`` client."""
+class OpenAIBackend(AdapterMixin, Backend):
+    """Stream chat completions from ``base_url`` with the official ``openai`` client.
+
+    Adapters run on the server: a generation whose ``ModelOption.ADAPTER`` names one
+    is sent with that name as the request's ``model`` (how vLLM and ``m serve`` select
+    a LoRA module: start them with the adapter under its qualified name, e.g.
+    ``requirement-check_alora``); ``chat_template_kwargs`` (documents, a Granite
+    Switch model's ``adapter_name``) go in the body's ``extra_body``.
+    """
+
+    adapters_served_remotely = True
 
     def __init__(
         self,
@@ -70,15 +80,19 @@ class OpenAIBackend(Backend):
         (its ``openai_name``, else its ``hf_model_name``); default ``$OPENAI_MODEL``.
         ``formatter`` is kept for upstream compatibility (messages are sent as chat
         turns, so no prompt template is applied). ``default_extra_body`` goes into
-        every request's body. The adapter arguments are accepted and have no effect:
-        this backend has no LoRA adapters. Other keywords go to ``openai.AsyncOpenAI``.
+        every request's body. ``load_embedded_adapters=True`` adds the adapters a
+        Granite Switch model lists (from ``adapter_source``, default the model id: a
+        local directory, or one under ``$MELLEA_ADAPTERS_DIR``).
+        ``default_to_constraint_checking_alora`` routes plain requirement checks to an
+        added ``requirement-check`` aLoRA. Other keywords go to ``openai.AsyncOpenAI``.
         """
         from openai import AsyncOpenAI
 
         from mellea.backends.model_ids import backend_model_name
 
-        del default_to_constraint_checking_alora, load_embedded_adapters, adapter_source
         super().__init__(model_options)
+        self.default_to_constraint_checking_alora = default_to_constraint_checking_alora
+        self._adapter_source = adapter_source
         name = backend_model_name(model_id, "openai")
         self.model_id = name or os.environ.get("OPENAI_MODEL", "default")
         self.formatter = formatter
@@ -93,6 +107,11 @@ class OpenAIBackend(Backend):
         if timeout is not None:
             self._client_args["timeout"] = timeout
         self._clients: dict[int, AsyncOpenAI] = {}
+        if load_embedded_adapters:
+            from mellea.backends.adapters.adapter import EmbeddedIntrinsicAdapter
+
+            for adapter in EmbeddedIntrinsicAdapter.from_source(adapter_source or self.model_id):
+                self.add_adapter(adapter)
 
     def _client(self) -> Any:
         """One client per event loop: an httpx pool must not cross loops."""
@@ -123,7 +142,10 @@ class OpenAIBackend(Backend):
             body["extra_body"] = {**self.default_extra_body, **body.get("extra_body", {})}
         try:
             stream = await self._client().chat.completions.create(
-                model=self.model_id, messages=wire_messages(messages), stream=True, **body
+                model=request_model(options, self.model_id),
+                messages=wire_messages(messages),
+                stream=True,
+                **body,
             )
         except openai.BadRequestError as exc:
             raise RequestError(f"the model server rejected the request: {_message(exc)}") from None
@@ -161,6 +183,12 @@ def _wire_part(part: Any) -> Any:
             data = split_data_url(audio["data"])[1]
             return {**part, "input_audio": {**audio, "data": data}}
     return part
+
+
+def request_model(options: dict[str, Any], model_id: str) -> str:
+    """The request's ``model``: the adapter the options name, else the backend's model."""
+    adapter = options.get(ModelOption.ADAPTER)
+    return str(adapter) if adapter else model_id
 
 
 def request_body(options: dict[str, Any], format: type | None) -> dict[str, Any]:

@@ -31,6 +31,7 @@ class ModelOption:
     STREAM = "@@@stream@@@"
     STREAM_TIMEOUT = "@@@stream_timeout@@@"
     STOP_SEQUENCES = "@@@stop_sequences@@@"
+    ADAPTER = "@@@adapter@@@"
 
     @staticmethod
     def replace_keys(options: dict[str, Any], from_to: dict[str, str]) -> dict[str, Any]:

@@ -339,6 +339,9 @@ class MelleaSession:
         options = ModelOption.merge_model_options(self.model_options, model_options)
         run = ComponentRun(action, reqs, options, format, strategy, tool_calls, self.id)
         run = await hook_points.component_pre_execute(run, self.ctx, self.backend)
+        if _is_intrinsic(action):
+            thunk = await self._run_intrinsic(run)
+            return SamplingResult(0, True, [thunk], [[]]) if return_sampling_results else thunk
         messages = self._messages_for(self._render(action), run.model_options)
         return await self._run_component(run, messages, return_sampling_results, await_result)
 
@@ -467,7 +470,10 @@ class MelleaSession:
             if isinstance(verdict, ValidationResult):
                 return verdict
             return ValidationResult(bool(verdict))
-        # No function: ask the model itself to judge the output.
+        routed = await self._adapter_validate(requirement, ctx)
+        if routed is not None:
+            return routed
+        # No function and no adapter: ask the model itself to judge the output.
         output = ctx.last_output()
         text = output.value if output is not None and output.value is not None else ""
         question = requirement.judge_prompt(text)
@@ -489,6 +495,66 @@ class MelleaSession:
             thunk=judge,
             context=ctx.add(requirement).add(judge),  # upstream's validation context
         )
+
+    async def _adapter_validate(
+        self, requirement: Requirement, ctx: Context
+    ) -> ValidationResult | None:
+        """The verdict of the backend's checking adapter, when one checks ``requirement``
+        (see :mod:`mellea.stdlib.requirements.adapter_check`)."""
+        from mellea.stdlib.requirements.adapter_check import adapter_validate
+
+        async def generate(messages: list[dict[str, Any]], options: dict[str, Any]) -> Any:
+            judge = await hook_points.generate(
+                self.backend,
+                messages,
+                action=requirement,
+                context=ctx,
+                model_options=options,
+                session_id=self.id,
+            )
+            trace = current_trace()
+            if trace is not None:
+                adapter = options.get(ModelOption.ADAPTER)
+                model = adapter or getattr(self.backend, "model_id", None)
+                trace.judged(judge, requirement, model, ctx.last_output())
+            return judge
+
+        routed = await adapter_validate(self.backend, requirement, ctx, generate)
+        return routed[0] if routed is not None else None
+
+    async def _run_intrinsic(self, run: ComponentRun) -> ModelOutputThunk:
+        """An ``Intrinsic`` action: its adapter's result, recorded as one turn."""
+        from mellea.stdlib.components.intrinsic.run import run_intrinsic
+
+        before = self.ctx
+
+        async def generate(messages: list[dict[str, Any]], options: dict[str, Any]) -> Any:
+            raw = await hook_points.generate(
+                self.backend,
+                messages,
+                action=run.action,
+                context=before,
+                model_options=options,
+                session_id=self.id,
+            )
+            raw._generate_log = GenerateLog(prompt=messages, model_options=options)  # type: ignore[attr-defined]
+            trace = current_trace()
+            if trace is not None:
+                model = options.get(ModelOption.ADAPTER) or getattr(self.backend, "model_id", None)
+                trace.model_call(raw, "generate", model=model)
+            return raw
+
+        try:
+            thunk = await run_intrinsic(
+                self.backend, run.action, before, run.model_options, generate
+            )
+        except Exception as exc:
+            await hook_points.component_post_error(run, self.backend, exc, before)
+            raise
+        self._record(run.action, thunk)
+        _parse_into(run.action, thunk)
+        await hook_points.component_post_success(run, self.backend, thunk, before, self.ctx, None)
+        return thunk
 
     # -- helpers ---------------------------------------------------------------
 
@@ -555,6 +621,13 @@ class MelleaSession:
     def _record(self, action: Span, thunk: ModelOutputThunk) -> None:
         self.ctx = self.ctx.add(action).add(thunk)
         self._interaction_count += 1
+
+
+def _is_intrinsic(action: Any) -> bool:
+    """Whether ``action`` is an adapter function to run (a requirement is checked, not run)."""
+    from mellea.stdlib.components.intrinsic.intrinsic import Intrinsic
+
+    return isinstance(action, Intrinsic) and not isinstance(action, Requirement)
 
 
 def _parse_into(action: Any, thunk: ModelOutputThunk) -> None:

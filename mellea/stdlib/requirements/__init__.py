@@ -18,6 +18,7 @@ from mellea.stdlib.requirements.python_tools import (
     python_code_generation_requirements,
 )
 from mellea.stdlib.requirements.requirement import (
+    ALoraRequirement,
     LLMaJRequirement,
     Requirement,
     ValidationResult,
@@ -31,6 +32,7 @@ from mellea.stdlib.requirements.requirement import (
 from mellea.stdlib.requirements.tool_reqs import tool_arg_validator, uses_tool
 
 __all__ = [
+    "ALoraRequirement",
     "ImportRestrictions",
     "LLMaJRequirement",
     "MatplotlibHeadlessBackend",

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mellea.core.requirement import Requirement, ValidationFn, ValidationResult
+from mellea.stdlib.components.intrinsic.intrinsic import Intrinsic
 from mellea.stdlib.context import Context
 
 
@@ -60,18 +61,35 @@ class LLMaJRequirement(Requirement):
 
 def requirement_check_to_bool(x: Any) -> bool:
     """Read a requirement-check adapter's JSON (``{"requirement_check": {"score": s}}``):
-    true when ``s`` is above 0.5; a ValueError when the JSON has another shape."""
+    true when ``s`` is above 0.5. Another shape, or a score outside [0, 1], is an
+    :class:`~mellea.backends.adapters.AdapterSchemaMismatchError`."""
     import json
-    import math
 
-    data = json.loads(x.value if hasattr(x, "value") else str(x))
-    score = (data.get("requirement_check") or {}).get("score") if isinstance(data, dict) else None
-    if not isinstance(score, int | float) or not math.isfinite(score) or not 0 <= score <= 1:
-        raise ValueError(f"not a requirement-check result: {data!r}")
-    return score > 0.5
+    from mellea.stdlib.components.intrinsic.core import requirement_score
+
+    return requirement_score(json.loads(x.value if hasattr(x, "value") else str(x))) > 0.5
+
+
+class ALoraRequirement(Requirement, Intrinsic):
+    """A requirement checked by an adapter function (default ``requirement-check``).
+
+    The check runs the backend's aLoRA for ``intrinsic_name`` on the output (its
+    score above 0.5 passes); when the backend has no such aLoRA added, the model
+    judges it as for any requirement, and a warning says so (upstream's rule).
+    """
+
+    def __init__(self, description: str, intrinsic_name: str | None = None) -> None:
+        Requirement.__init__(self, description, None, output_to_bool=requirement_check_to_bool)
+        self.use_aloras: bool = True
+        Intrinsic.__init__(
+            self,
+            intrinsic_name or "requirement-check",
+            intrinsic_kwargs={"requirement": f"{self.description}"},
+        )
 
 
 __all__ = [
+    "ALoraRequirement",
     "LLMaJRequirement",
     "Requirement",
     "ValidationResult",
