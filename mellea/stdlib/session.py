@@ -489,8 +489,10 @@ class MelleaSession:
         if trace is not None:
             trace.judged(judge, requirement, getattr(self.backend, "model_id", None), output)
         answer = await judge.avalue()
+        # an adapter's requirement falls back here with a reader for the judge's words
+        to_bool = getattr(requirement, "judge_output_to_bool", requirement.output_to_bool)
         return ValidationResult(
-            requirement.output_to_bool(answer),
+            to_bool(answer),
             reason=answer,
             thunk=judge,
             context=ctx.add(requirement).add(judge),  # upstream's validation context

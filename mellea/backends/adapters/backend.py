@@ -124,15 +124,19 @@ def find_adapter(
     return None
 
 
-def resolve_adapter(backend: Any, name: str) -> Adapter:
+def resolve_adapter(
+    backend: Any,
+    name: str,
+    adapter_types: tuple[AdapterType, ...] = (AdapterType.ALORA, AdapterType.LORA),
+) -> Adapter:
     """The adapter for adapter function ``name``: an added one, else the catalog's,
-    added now (its aLoRA when that is on this machine, else its LoRA)."""
-    found = find_adapter(backend, name)
+    added now (the first of ``adapter_types`` whose files are on this machine)."""
+    found = find_adapter(backend, name, tuple(t.value for t in adapter_types))
     if found is not None:
         return found
     base = base_model_name(backend)
     errors: list[AdapterNotFoundError] = []
-    for kind in (AdapterType.ALORA, AdapterType.LORA):
+    for kind in adapter_types:
         try:
             adapter = IntrinsicAdapter(name, adapter_type=kind, base_model_name=base)
         except AdapterNotFoundError as exc:

@@ -17,6 +17,7 @@ from mellea.stdlib.components.chat import (
 from mellea.stdlib.components.docs import Document
 from mellea.stdlib.components.genstub import generative
 from mellea.stdlib.components.instruction import Instruction
+from mellea.stdlib.components.intrinsic import Intrinsic
 from mellea.stdlib.components.simple import SimpleComponent
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "ComponentParseError",
     "Document",
     "Instruction",
+    "Intrinsic",
     "Message",
     "ModelOutputThunk",
     "SimpleComponent",

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mellea.core.requirement import Requirement, ValidationFn, ValidationResult
+from mellea.core.requirement import (
+    Requirement,
+    ValidationFn,
+    ValidationResult,
+    default_output_to_bool,
+)
 from mellea.stdlib.components.intrinsic.intrinsic import Intrinsic
 from mellea.stdlib.context import Context
 
@@ -81,6 +86,8 @@ class ALoraRequirement(Requirement, Intrinsic):
     def __init__(self, description: str, intrinsic_name: str | None = None) -> None:
         Requirement.__init__(self, description, None, output_to_bool=requirement_check_to_bool)
         self.use_aloras: bool = True
+        # when no adapter checks it, a model judges it and answers in words
+        self.judge_output_to_bool = default_output_to_bool
         Intrinsic.__init__(
             self,
             intrinsic_name or "requirement-check",

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mellea.backends.adapters.adapter import Adapter, EmbeddedIntrinsicAdapter
-from mellea.backends.adapters.backend import find_adapter, resolve_adapter
+from mellea.backends.adapters.backend import resolve_adapter
 from mellea.backends.adapters.io import build_request
 from mellea.backends.adapters.results import process_output
 from mellea.core.base import Context, Span
@@ -29,9 +29,7 @@ DEFAULT_OPTIONS = {ModelOption.TEMPERATURE: 0.0}
 def adapter_for(backend: Any, intrinsic: Intrinsic) -> Adapter:
     """The backend's adapter for ``intrinsic``: an added one of an allowed kind (in
     ``adapter_types`` order), else the catalog's, added now."""
-    kinds = tuple(t.value for t in intrinsic.adapter_types)
-    found = find_adapter(backend, intrinsic.intrinsic_name, kinds)
-    return found if found is not None else resolve_adapter(backend, intrinsic.intrinsic_name)
+    return resolve_adapter(backend, intrinsic.intrinsic_name, intrinsic.adapter_types)
 
 
 def conversation(ctx: Context, system_prompt: str | None = None) -> tuple[list[dict], list[dict]]:
