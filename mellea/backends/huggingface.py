@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from mellea.backends.adapters.backend import AdapterMixin
 from mellea.backends.local import LocalBackend
 
 
-class LocalHFBackend(LocalBackend):
+class LocalHFBackend(AdapterMixin, LocalBackend):
     """Upstream's ``LocalHFBackend`` constructor over :class:`LocalBackend`.
 
-    ``formatter``, the cache and adapter options are accepted and have no effect
-    (the engine applies the model's chat template and keeps its own prefix cache).
+    ``formatter`` and the cache options are accepted and have no effect (the engine
+    applies the model's chat template and keeps its own prefix cache). Adapters:
+    upstream's ``add_adapter``/``list_adapters``/``base_model_name`` (see
+    :mod:`mellea.backends.adapters`); ``default_to_constraint_checking_alora`` routes
+    plain requirement checks to an added ``requirement-check`` aLoRA.
     """
 
     def __init__(
@@ -26,9 +30,10 @@ class LocalHFBackend(LocalBackend):
         **kwargs: Any,
     ) -> None:
         """Load ``model_id`` (a name, a directory or a ``ModelIdentifier``) on the local engine."""
-        del use_caches, cache, custom_config, default_to_constraint_checking_alora
+        del use_caches, cache, custom_config
         super().__init__(model_id, model_options=model_options, **kwargs)
         self.formatter = formatter
+        self.default_to_constraint_checking_alora = default_to_constraint_checking_alora
 
 
 __all__ = ["LocalHFBackend"]

@@ -9,6 +9,7 @@ from mellea.backends.model_ids import backend_model_name
 from mellea.backends.runtime import current_runtime
 
 LOCAL_NAMES = ("local", "hf", "huggingface")
+HF_NAMES = ("hf", "huggingface")
 OPENAI_NAMES = ("openai",)
 OLLAMA_NAMES = ("ollama",)
 LITELLM_NAMES = ("litellm",)
@@ -34,6 +35,10 @@ def create_backend(
     if key in OLLAMA_NAMES and runtime.model is not None:
         runtime.note_once("program asked for the ollama backend; serving it locally (--model)")
         key, kwargs = "local", {}  # ollama's connection arguments mean nothing here
+    if key in HF_NAMES:  # upstream's Hugging Face backend: ours, with its adapter methods
+        from mellea.backends.huggingface import LocalHFBackend
+
+        return LocalHFBackend(model_id, model_options=model_options, **kwargs)
     if key in LOCAL_NAMES:
         from mellea.backends.local import LocalBackend
 
