@@ -217,3 +217,14 @@ def test_positions_of_literals():
     assert literals[("c",)] == (True, text.index("true"))
     with pytest.raises(ValueError):
         parse_with_positions('{"a": 1} extra')
+
+
+def test_an_explicit_adapter_directory_needs_no_catalog_layout(tmp_path, monkeypatch):
+    monkeypatch.setenv("MELLEA_ADAPTERS_DIR", str(tmp_path / "elsewhere"))
+    directory = write_adapter(tmp_path, "mine", "requirement-check", "alora", REQUIREMENT_CHECK_IO)
+    backend = FakeAdapterBackend()
+    adapter = IntrinsicAdapter("requirement-check", adapter_path=directory)
+    adapter_backend.add_adapter(backend, adapter)
+    assert backend.loaded == {"requirement-check_alora": str(directory)}
+    with pytest.raises(AdapterNotFoundError, match="does not exist"):
+        IntrinsicAdapter("requirement-check", adapter_path=tmp_path / "missing")

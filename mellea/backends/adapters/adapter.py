@@ -63,9 +63,10 @@ class LocalHFAdapter(Adapter):
 class IntrinsicAdapter(LocalHFAdapter):
     """A catalog adapter function as a LoRA or aLoRA (default: aLoRA) for a base model.
 
-    Its ``io.yaml`` comes from ``config_file`` or ``config_dict``, else from the
-    adapter's directory for ``base_model_name`` (an :class:`AdapterNotFoundError`
-    names what to download when it is not here).
+    Its files are in ``adapter_path`` (ours: an explicit directory) or else in the
+    adapters directory, by catalog name and ``base_model_name`` (an
+    :class:`AdapterNotFoundError` names what to download when they are not here).
+    Its ``io.yaml`` comes from ``config_file`` or ``config_dict`` when given.
     """
 
     def __init__(
@@ -75,10 +76,15 @@ class IntrinsicAdapter(LocalHFAdapter):
         config_file: str | Path | None = None,
         config_dict: dict | None = None,
         base_model_name: str | None = None,
+        *,
+        adapter_path: str | Path | None = None,
     ) -> None:
         super().__init__(intrinsic_name, adapter_type)
         self.intrinsic_metadata: IntrinsicsCatalogEntry = fetch_intrinsic_metadata(intrinsic_name)
         self.base_model_name = base_model_name
+        self.adapter_path = Path(adapter_path) if adapter_path is not None else None
+        if self.adapter_path is not None and not self.adapter_path.is_dir():
+            raise AdapterNotFoundError(f"adapter directory {self.adapter_path} does not exist")
         if adapter_type not in self.intrinsic_metadata.adapter_types:
             raise ValueError(
                 f"adapter function '{intrinsic_name}' is not available as {adapter_type.value}; "
@@ -86,6 +92,10 @@ class IntrinsicAdapter(LocalHFAdapter):
             )
         if config_file is not None and config_dict is not None:
             raise ValueError("give config_file or config_dict, not both")
+        if config_file is None and config_dict is None and self.adapter_path is not None:
+            config_file = self.adapter_path / "io.yaml"
+            if not config_file.is_file():
+                raise AdapterNotFoundError(f"no io.yaml in adapter directory {self.adapter_path}")
         if config_file is None and config_dict is None:
             if base_model_name is None:
                 raise ValueError(
@@ -95,6 +105,8 @@ class IntrinsicAdapter(LocalHFAdapter):
         self.config = read_io_config(config_file, config_dict)
 
     def _directory(self, base_model_name: str, required_file: str) -> Path:
+        if self.adapter_path is not None:
+            return self.adapter_path
         return find_adapter_dir(
             self.intrinsic_metadata,
             base_model_name,

@@ -1,0 +1,110 @@
+"""The library's adapter path on the real engine: a random PEFT aLoRA made here, found
+under MELLEA_ADAPTERS_DIR, loaded through ``LocalBackend.load_adapter`` and run by
+``core.requirement_check`` and by a routed requirement check.
+
+Skipped until the engine has LoRA support (``mellea.engine.lora``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mellea.engine.lora", reason="the engine has no LoRA support yet")
+peft = pytest.importorskip("peft")
+
+from mellea.backends.adapters import IntrinsicAdapter  # noqa: E402
+from mellea.backends.adapters import backend as adapter_backend  # noqa: E402
+from mellea.backends.adapters.locate import adapter_subpath  # noqa: E402
+from mellea.backends.local import LocalBackend  # noqa: E402
+from mellea.core._sync import run_sync  # noqa: E402
+from mellea.core.model_options import ModelOption  # noqa: E402
+from mellea.stdlib.components import Message  # noqa: E402
+from mellea.stdlib.components.intrinsic import core  # noqa: E402
+from mellea.stdlib.components.intrinsic.run import request_for  # noqa: E402
+from mellea.stdlib.context import ChatContext  # noqa: E402
+from mellea.stdlib.requirements import ALoraRequirement, req  # noqa: E402
+from mellea.stdlib.session import MelleaSession  # noqa: E402
+from tests.adapter_support import CORE_REPO, REQUIREMENT_CHECK_IO  # noqa: E402
+
+GENERATION_PROMPT = "<|im_start|>assistant\n"  # SmolLM2's template (the tiny model's)
+
+
+def make_random_alora(model_dir: Path, out: Path) -> Path:
+    """A random aLoRA on the tiny model, invoked by the assistant turn's header."""
+    import torch
+    import yaml
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(1)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    invocation = tokenizer.encode(GENERATION_PROMPT, add_special_tokens=False)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    config = peft.LoraConfig(
+        r=4,
+        lora_alpha=8,
+        target_modules=["q_proj", "v_proj"],
+        init_lora_weights=False,  # random B too, so the adapter changes the output
+        alora_invocation_tokens=invocation,
+    )
+    peft.get_peft_model(model, config).save_pretrained(out)
+    (out / "io.yaml").write_text(yaml.safe_dump(REQUIREMENT_CHECK_IO), encoding="utf-8")
+    return out
+
+
+@pytest.fixture
+def backend(make_engine, tiny_model_dir, tmp_path, monkeypatch):
+    engine = make_engine()
+    backend = LocalBackend(engine=engine)
+    base = adapter_backend.base_model_name(backend)
+    subpath = adapter_subpath("requirement-check", base, CORE_REPO, alora=True)
+    root = tmp_path / "adapters"
+    make_random_alora(tiny_model_dir, root / CORE_REPO / subpath)
+    monkeypatch.setenv("MELLEA_ADAPTERS_DIR", str(root))
+    return backend
+
+
+def _answered() -> ChatContext:
+    ctx = ChatContext().add(Message("user", "Invite the team to a party."))
+    return ctx.add(Message("assistant", "Dear team, join us on Friday."))
+
+
+def test_requirement_check_runs_the_alora_on_the_engine(backend):
+    score = core.requirement_check(_answered(), backend, "Use a professional tone.")
+    assert 0.0 <= score <= 1.0 and math.isfinite(score)
+    assert "requirement-check_alora" in backend.adapters
+
+
+def test_the_adapter_changes_what_the_model_computes(backend):
+    adapter = adapter_backend.resolve_adapter(backend, "requirement-check")
+    messages, options = request_for(adapter, ALoraRequirement("Short."), _answered())
+    assert options[ModelOption.ADAPTER] == "requirement-check_alora"
+
+    async def token_logprobs(opts):
+        thunk = await backend.generate(messages, model_options=opts)
+        await thunk.avalue()
+        return [
+            (t.token, round(t.logprob, 4), [(a.token, round(a.logprob, 4)) for a in t.top_logprobs])
+            for t in thunk.logprobs
+        ]
+
+    with_adapter = run_sync(token_logprobs(options))
+    base = {k: v for k, v in options.items() if k != ModelOption.ADAPTER}
+    assert with_adapter != run_sync(token_logprobs(base))
+
+
+def test_a_routed_requirement_check_uses_the_loaded_alora(backend):
+    adapter_backend.add_adapter(
+        backend,
+        IntrinsicAdapter(
+            "requirement-check", base_model_name=adapter_backend.base_model_name(backend)
+        ),
+    )
+    m = MelleaSession(backend, _answered())
+    (verdict,) = m.validate([req("Use a professional tone.")])
+    data = json.loads(verdict.reason)
+    assert verdict.score == pytest.approx(data["requirement_check"]["score"])
+    assert verdict.as_bool() == (verdict.score > 0.5)
