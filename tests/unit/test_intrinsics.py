@@ -190,3 +190,24 @@ def test_instruct_with_an_alora_requirement_reports_the_adapters_verdict(backend
     # the adapter saw the attempt's answer as the last assistant turn
     messages, _ = backend.adapter_calls()[0]
     assert messages[-2] == {"role": "assistant", "content": "Dear team, see you Friday."}
+
+
+async def test_an_adapters_verdict_reaches_the_mellea_extension(tmp_path, monkeypatch):
+    from tests.inprocess import app_for, client_for
+    from tests.programs.adapter_checked import REQUIREMENT
+    from tests.server import PROGRAMS
+
+    monkeypatch.setenv("MELLEA_ADAPTERS_DIR", str(adapters_tree(tmp_path / "adapters")))
+    async with client_for(app_for(PROGRAMS / "adapter_checked.py")) as client:
+        response = await client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "Invite the team."}]},
+        )
+    assert response.status_code == 200, response.text
+    report = response.json()["choices"][0]["mellea"]
+    assert report["requirements_met"] is False
+    (verdict,) = report["requirements"]
+    assert verdict["description"] == REQUIREMENT and verdict["passed"] is False
+    assert verdict["score"] == pytest.approx(UPSTREAM_NO_SCORE)
+    (judged,) = [c for c in report["model_calls"] if c["purpose"] == "requirement"]
+    assert judged["requirement"] == REQUIREMENT and judged["prompt_tokens"] == 40
