@@ -437,8 +437,10 @@ class MelleaSession:
         output: ModelOutputThunk | str | None = None,
         format: type | None = None,
         model_options: dict[str, Any] | None = None,
+        generate_logs: list[GenerateLog] | None = None,
     ) -> list[ValidationResult]:
-        """Async :meth:`validate`."""
+        """Async :meth:`validate`; ``generate_logs`` (upstream's) receives a
+        ``GenerateLog`` (prompt, result) for each model or adapter call the checks made."""
         del format
         items = reqs if isinstance(reqs, list) else [reqs]
         ctx = self.ctx
@@ -460,6 +462,11 @@ class MelleaSession:
             model_options=model_options,
             session_id=self.id,
         )
+        if generate_logs is not None:
+            for result in results:
+                log = getattr(result.thunk, "_generate_log", None)
+                if isinstance(log, GenerateLog):
+                    generate_logs.append(log)
         return results
 
     async def _validate_one(self, requirement: Requirement, ctx: Context) -> ValidationResult:
@@ -477,13 +484,17 @@ class MelleaSession:
         output = ctx.last_output()
         text = output.value if output is not None and output.value is not None else ""
         question = requirement.judge_prompt(text)
+        sent = [{"role": "user", "content": question}]
         judge = await hook_points.generate(
             self.backend,
-            [{"role": "user", "content": question}],
+            sent,
             action=requirement,
             context=ctx,
             model_options=dict(JUDGE_OPTIONS),
             session_id=self.id,
+        )
+        judge._generate_log = GenerateLog(  # type: ignore[attr-defined]
+            prompt=sent, model_options=dict(JUDGE_OPTIONS), action=requirement, result=judge
         )
         trace = current_trace()
         if trace is not None:
@@ -513,6 +524,9 @@ class MelleaSession:
                 context=ctx,
                 model_options=options,
                 session_id=self.id,
+            )
+            judge._generate_log = GenerateLog(  # type: ignore[attr-defined]
+                prompt=messages, model_options=options, action=requirement, result=judge
             )
             trace = current_trace()
             if trace is not None:

@@ -211,3 +211,14 @@ async def test_an_adapters_verdict_reaches_the_mellea_extension(tmp_path, monkey
     assert verdict["score"] == pytest.approx(UPSTREAM_NO_SCORE)
     (judged,) = [c for c in report["model_calls"] if c["purpose"] == "requirement"]
     assert judged["requirement"] == REQUIREMENT and judged["prompt_tokens"] == 40
+
+
+def test_generate_logs_receive_the_adapter_and_judge_prompts(backend):
+    m = _session_with_check_adapter(backend)
+    m.ctx = _answered()
+    logs: list = []
+    m.validate([req("Professional."), LLMaJRequirement("Short.")], generate_logs=logs)
+    adapter_log, judge_log = logs
+    assert adapter_log.prompt[-1]["content"].startswith("<requirements>: Professional.")
+    assert adapter_log.model_options[ModelOption.ADAPTER] == "requirement-check_alora"
+    assert "Short." in judge_log.prompt[-1]["content"] and judge_log.result.value == "yes"

@@ -144,7 +144,9 @@ def resolve_adapter(
             continue
         add_adapter(backend, adapter)
         return adapter
-    raise errors[-1] if len(errors) == 1 else AdapterNotFoundError(str(errors[0]))
+    if len(errors) == 1:
+        raise errors[0]
+    raise AdapterNotFoundError(f"{errors[0]} (its LoRA is not here either)")
 
 
 def requirement_adapter(backend: Any, name: str = REQUIREMENT_CHECK) -> Adapter | None:
