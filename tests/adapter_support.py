@@ -79,6 +79,69 @@ GUARDIAN_IO = {
     "sentence_boundaries": None,
 }
 
+# citations: sentence-marked response and documents; the model answers which
+# document sentences ("c") support each response sentence ("r")
+CITATIONS_IO = {
+    "model": None,
+    "response_format": json.dumps(
+        {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "r": {"type": "integer", "minimum": 0},
+                    "c": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                },
+                "required": ["r", "c"],
+            },
+        }
+    ),
+    "transformations": [
+        {"type": "explode", "input_path": [], "target_field": "c"},
+        {"type": "drop_duplicates", "input_path": [], "target_fields": ["r", "c"]},
+        {
+            "type": "decode_sentences",
+            "source": "last_message",
+            "input_path": [None, "r"],
+            "output_names": {
+                "begin": "response_begin",
+                "end": "response_end",
+                "text": "response_text",
+            },
+        },
+        {
+            "type": "decode_sentences",
+            "source": "documents",
+            "input_path": [None, "c"],
+            "output_names": {
+                "document_id": "citation_doc_id",
+                "begin": "citation_begin",
+                "end": "citation_end",
+                "text": "citation_text",
+            },
+        },
+        {
+            "type": "project",
+            "input_path": [],
+            "retained_fields": [
+                "response_begin",
+                "response_end",
+                "response_text",
+                "citation_doc_id",
+                "citation_begin",
+                "citation_end",
+                "citation_text",
+            ],
+        },
+    ],
+    "instruction": (
+        "Split the last assistant response into individual sentences. For each sentence, "
+        "list the ids of the document sentences it references, as JSON."
+    ),
+    "parameters": {"max_completion_tokens": 512},
+    "sentence_boundaries": {"last_message": "r", "documents": "c"},
+}
+
 # upstream's canned requirement-check output: {"score": "no"}, token by token
 NO_TOKENS = [
     ('{"', 0.0, []),
@@ -130,10 +193,11 @@ def write_adapter(root: Path, repo: str, name: str, kind: str, io: dict[str, Any
 
 
 def adapters_tree(root: Path) -> Path:
-    """requirement-check, answerability and guardian-core, as aLoRAs."""
+    """requirement-check, answerability and guardian-core as aLoRAs; citations as a LoRA."""
     write_adapter(root, CORE_REPO, "requirement-check", "alora", REQUIREMENT_CHECK_IO)
     write_adapter(root, RAG_REPO, "answerability", "alora", ANSWERABILITY_IO)
     write_adapter(root, GUARDIAN_REPO, "guardian-core", "alora", GUARDIAN_IO)
+    write_adapter(root, RAG_REPO, "citations", "lora", CITATIONS_IO)
     return root
 
 
@@ -154,6 +218,7 @@ class FakeAdapterBackend(Backend):
             "requirement-check_alora": ('{"score": "no"}', NO_TOKENS),
             "answerability_alora": ('"answerable"', []),
             "guardian-core_alora": ('{"score": "yes"}', yes_tokens(0.8)),
+            "citations_lora": ('[{"r": 0, "c": [1]}]', []),
         }
         if can_load:
             self.load_adapter = self._load_adapter

@@ -18,8 +18,8 @@ import pytest
 CORPUS = Path(__file__).parent / "upstream_examples" / "examples.json"
 
 GROUNDEDNESS = (
-    "GroundednessRequirement runs the citations adapter, whose sentence-offset decoding "
-    "(io.yaml sentence_boundaries, decode_sentences) is not implemented yet (issue 25)"
+    "GroundednessRequirement (upstream's citations-then-judge pipeline) is not written "
+    "yet (issue 25)"
 )
 
 # "module:name" (name empty for `import module`) -> why we do not provide it yet.

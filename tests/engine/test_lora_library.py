@@ -80,7 +80,8 @@ def test_requirement_check_runs_the_alora_on_the_engine(backend):
 
 def test_the_adapter_changes_what_the_model_computes(backend):
     adapter = adapter_backend.resolve_adapter(backend, "requirement-check")
-    messages, options = request_for(adapter, ALoraRequirement("Short."), _answered())
+    request, options = request_for(adapter, ALoraRequirement("Short."), _answered())
+    messages = request.messages
     assert options[ModelOption.ADAPTER] == "requirement-check_alora"
 
     async def token_logprobs(opts):

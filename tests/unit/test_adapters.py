@@ -26,6 +26,7 @@ from mellea.backends.adapters.results import parse_with_positions, process_outpu
 from mellea.core.model_options import ModelOption
 from tests.adapter_support import (
     ANSWERABILITY_IO,
+    CITATIONS_IO,
     CORE_REPO,
     NO_TOKENS,
     REQUIREMENT_CHECK_IO,
@@ -171,14 +172,97 @@ def test_documents_can_become_a_first_message():
     assert request.documents == [] and request.messages[1]["content"] == "Sky?"
 
 
-def test_unknown_io_yaml_fields_and_sentence_boundaries_are_refused():
+def test_unknown_io_yaml_fields_are_refused():
     with pytest.raises(IOConfigError, match="unknown field"):
         read_io_config(config_dict={**ANSWERABILITY_IO, "surprise": 1})
+
+
+def test_sentences_are_marked_and_decoded_back_to_offsets():
+    pytest.importorskip("nltk")
+    config = read_io_config(config_dict=CITATIONS_IO)
+    messages = [
+        {"role": "user", "content": "Which fish are yellow?"},
+        {"role": "assistant", "content": "Bumble fish are yellow. Cod are grey."},
+    ]
+    docs = [
+        {"doc_id": "a", "text": "Cod are grey fish. They swim."},
+        {"doc_id": "b", "text": "Bumble fish are yellow."},
+    ]
+    request = build_request(config, messages, docs)
+    assert request.messages[1]["content"] == "<r0> Bumble fish are yellow. <r1> Cod are grey."
+    assert [d["text"] for d in request.documents] == [
+        "<c0> Cod are grey fish. <c1> They swim.",
+        "<c2> Bumble fish are yellow.",
+    ]
+    assert request.messages[-1]["content"].startswith("Split the last assistant response")
+    raw = '[{"r": 0, "c": [2, 2]}, {"r": 1, "c": [0]}, {"r": 1, "c": []}]'
+    assert json.loads(process_output(config, raw, None, request)) == [
+        {
+            "response_begin": 0,
+            "response_end": 24,
+            "response_text": "Bumble fish are yellow. ",
+            "citation_doc_id": "b",
+            "citation_begin": 0,
+            "citation_end": 23,
+            "citation_text": "Bumble fish are yellow.",
+        },
+        {
+            "response_begin": 24,
+            "response_end": 37,
+            "response_text": "Cod are grey.",
+            "citation_doc_id": "a",
+            "citation_begin": 0,
+            "citation_end": 19,
+            "citation_text": "Cod are grey fish. ",
+        },
+    ]
+    with pytest.raises(ValueError, match="no sentence 9"):
+        process_output(config, '[{"r": 9, "c": [0]}]', None, request)
+
+
+def test_history_sentences_share_the_documents_numbering():
+    pytest.importorskip("nltk")
+    boundaries = {"last_message": "r", "documents": "c", "all_but_last_message": "c"}
     config = read_io_config(
-        config_dict={**ANSWERABILITY_IO, "sentence_boundaries": {"documents": "c"}}
+        config_dict={
+            "model": None,
+            "response_format": None,
+            "transformations": None,
+            "sentence_boundaries": boundaries,
+        }  # fmt: skip
     )
-    with pytest.raises(IOConfigError, match="sentence boundaries"):
-        build_request(config, [{"role": "user", "content": "x"}])
+    messages = [
+        {"role": "user", "content": "Hi. Who won?"},
+        {"role": "assistant", "content": "Team A won."},
+    ]
+    request = build_request(config, messages, [{"doc_id": "0", "text": "A won. B lost."}])
+    assert request.documents[0]["text"] == "<c0> A won. <c1> B lost."
+    assert request.messages[0]["content"] == "<c2> Hi. <c3> Who won?"
+    assert request.messages[1]["content"] == "<r0> Team A won."
+
+
+def test_merge_spans_joins_touching_spans_of_a_group():
+    rule = {
+        "type": "merge_spans",
+        "input_path": [],
+        "group_fields": ["doc"],
+        "begin_field": "b",
+        "end_field": "e",
+        "text_field": "t",
+    }
+    raw = json.dumps(
+        [
+            {"doc": "x", "b": 5, "e": 9, "t": "cd"},
+            {"doc": "x", "b": 0, "e": 5, "t": "ab"},
+            {"doc": "y", "b": 9, "e": 12, "t": "z"},
+            {"doc": "x", "b": 10, "e": 12, "t": "ef"},
+        ]
+    )
+    assert json.loads(process_output({"transformations": [rule]}, raw)) == [
+        {"doc": "x", "b": 0, "e": 9, "t": "abcd"},
+        {"doc": "x", "b": 10, "e": 12, "t": "ef"},
+        {"doc": "y", "b": 9, "e": 12, "t": "z"},
+    ]
 
 
 def test_likelihood_decodes_upstreams_canned_output_to_its_score():
@@ -205,8 +289,8 @@ def test_record_transformations():
         {"id": 1, "text": "a"},
         {"id": 2, "text": "b"},
     ]
-    with pytest.raises(IOConfigError, match="decode_sentences"):
-        process_output({"transformations": [{"type": "decode_sentences"}]}, "[]")
+    with pytest.raises(IOConfigError, match="'mystery' transformation"):
+        process_output({"transformations": [{"type": "mystery"}]}, "[]")
 
 
 def test_positions_of_literals():

@@ -222,3 +222,26 @@ def test_generate_logs_receive_the_adapter_and_judge_prompts(backend):
     assert adapter_log.prompt[-1]["content"].startswith("<requirements>: Professional.")
     assert adapter_log.model_options[ModelOption.ADAPTER] == "requirement-check_alora"
     assert "Short." in judge_log.prompt[-1]["content"] and judge_log.result.value == "yes"
+
+
+def test_find_citations_decodes_sentence_offsets_of_the_last_answer(backend):
+    pytest.importorskip("nltk")
+    ctx = ChatContext().add(Message("user", "What colour is the sky?"))
+    ctx = ctx.add(Message("assistant", "The sky is blue."))
+    docs = [Document("Grass is green. The sky is blue.", doc_id="d1")]
+    (citation,) = rag.find_citations(None, docs, ctx, backend)
+    assert citation == {
+        "response_begin": 0,
+        "response_end": 16,
+        "response_text": "The sky is blue.",
+        "citation_doc_id": "d1",
+        "citation_begin": 16,
+        "citation_end": 32,
+        "citation_text": "The sky is blue.",
+    }
+    ((messages, options),) = backend.adapter_calls()
+    assert options[ModelOption.ADAPTER] == "citations_lora"  # only its LoRA is here
+    assert messages[-2]["content"] == "<r0> The sky is blue."
+    assert options["chat_template_kwargs"]["documents"] == [
+        {"doc_id": "d1", "text": "<c0> Grass is green. <c1> The sky is blue."}
+    ]

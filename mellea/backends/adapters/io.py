@@ -103,15 +103,10 @@ def build_request(
     ``response_format`` becomes a JSON-schema ``response_format`` (constrained
     decoding); log-probabilities are asked for when a transformation reads them.
     """
-    if config.get("sentence_boundaries"):
-        # Upstream splits sentences with nltk and maps the model's sentence tags back
-        # to offsets (decode_sentences); neither is implemented here yet.
-        raise IOConfigError(
-            "this adapter's io.yaml asks for sentence boundaries, which this library "
-            "does not implement yet"
-        )
     messages = [dict(m) for m in messages]
-    documents = list(documents or [])
+    documents = [dict(d) for d in documents or []]
+    if config.get("sentence_boundaries"):
+        messages, documents = mark_sentences(config["sentence_boundaries"], messages, documents)
     how = config.get("docs_as_message")
     if how and documents:
         messages = _documents_as_messages(messages, documents, how)
@@ -127,6 +122,59 @@ def build_request(
             raise IOConfigError(f"the adapter's instruction needs the argument {exc}") from None
         messages.append({"role": "user", "content": text})
     return IntrinsicRequest(messages, request_options(config), documents)
+
+
+SENTENCE_LOCATIONS = ("last_message", "documents", "all_but_last_message")
+
+
+def sentence_tag(prefix: str, number: int) -> str:
+    """The marker placed before sentence ``number``: ``<c3> ``."""
+    return f"<{prefix}{number}> "
+
+
+def split_sentences(text: str) -> list[str]:
+    """``text``'s sentences, as upstream splits them (nltk's Punkt, untrained)."""
+    try:
+        from nltk.tokenize.punkt import PunktSentenceTokenizer
+    except ImportError:
+        raise IOConfigError(
+            "this adapter marks sentence boundaries, which needs the 'nltk' package: "
+            "pip install nltk"
+        ) from None
+    return list(PunktSentenceTokenizer().tokenize(text))
+
+
+def _tagged(text: str, prefix: str, first: int) -> tuple[str, int]:
+    """``text`` with each sentence prefixed by its marker; the next free number."""
+    parts = []
+    number = first
+    for sentence in split_sentences(text):
+        parts.append(sentence_tag(prefix, number) + sentence)
+        number += 1
+    return " ".join(parts), number
+
+
+def mark_sentences(
+    boundaries: dict[str, str], messages: list[dict[str, Any]], documents: list[dict[str, str]]
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Sentence markers in the last message (numbered from 0), then in the documents
+    and the earlier messages (one numbering across both), as the io.yaml asks."""
+    if not isinstance(boundaries, dict) or set(boundaries) - set(SENTENCE_LOCATIONS):
+        raise IOConfigError(
+            f"sentence_boundaries must map some of {SENTENCE_LOCATIONS} to a marker prefix"
+        )
+    if boundaries.get("last_message") and messages:
+        text, _ = _tagged(messages[-1].get("content") or "", boundaries["last_message"], 0)
+        messages[-1]["content"] = text
+    number = 0
+    if boundaries.get("documents"):
+        for doc in documents:
+            doc["text"], number = _tagged(doc["text"], boundaries["documents"], number)
+    if boundaries.get("all_but_last_message"):
+        for message in messages[:-1]:
+            prefix = boundaries["all_but_last_message"]
+            message["content"], number = _tagged(message.get("content") or "", prefix, number)
+    return messages, documents
 
 
 def request_options(config: dict[str, Any]) -> dict[str, Any]:
@@ -173,10 +221,14 @@ def _documents_as_messages(
 
 
 __all__ = [
+    "SENTENCE_LOCATIONS",
     "IOConfigError",
     "IntrinsicRequest",
     "build_request",
+    "mark_sentences",
     "needs_logprobs",
     "read_io_config",
     "request_options",
+    "sentence_tag",
+    "split_sentences",
 ]

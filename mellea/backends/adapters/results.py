@@ -11,11 +11,12 @@ does:
 - ``nest``: a value becomes ``{field_name: value}``;
 - ``project``: records keep only ``retained_fields`` (a list, or old -> new names);
 - ``explode``: each record becomes one per element of its list ``target_field``;
-- ``drop_duplicates``: records with the same ``target_fields`` keep the last one.
-
-``decode_sentences`` and ``merge_spans`` (the sentence-offset rules of citations,
-hallucination detection and context attribution) are not implemented yet: an
-:class:`IOConfigError` says so.
+- ``drop_duplicates``: records with the same ``target_fields`` keep the last one;
+- ``decode_sentences``: a sentence number (the request marked sentences ``<c0>``,
+  ``<c1>``, ...) becomes the sentence's ``begin``/``end`` offsets, ``text`` and, for
+  ``documents``, ``document_id`` (or ``message_index``), under the ``output_names``
+  given, beside the number's field;
+- ``merge_spans``: records of one ``group_fields`` group whose spans touch become one.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from mellea.backends.adapters.io import IOConfigError
+from mellea.backends.adapters.io import IntrinsicRequest, IOConfigError, sentence_tag
 from mellea.core.logprobs import TokenLogprob
 
 Path = tuple[str | int, ...]
@@ -49,9 +50,15 @@ class AdapterSchemaMismatchError(ValueError):
 
 
 def process_output(
-    config: dict[str, Any], raw: str, logprobs: list[TokenLogprob] | None = None
+    config: dict[str, Any],
+    raw: str,
+    logprobs: list[TokenLogprob] | None = None,
+    request: IntrinsicRequest | None = None,
 ) -> str:
-    """The adapter's result for ``raw`` output, as JSON text (what the thunk holds)."""
+    """The adapter's result for ``raw`` output, as JSON text (what the thunk holds).
+
+    ``request`` is what was sent (``decode_sentences`` reads its marked sentences).
+    """
     rules = config.get("transformations") or []
     if not rules:
         return raw
@@ -60,7 +67,7 @@ def process_output(
     except ValueError as exc:
         raise ValueError(f"adapter output is not JSON: {exc}: {raw[:200]!r}") from None
     for rule in rules:
-        value = apply_rule(rule, value, raw, literals, logprobs)
+        value = apply_rule(rule, value, raw, literals, logprobs, config, request)
     return json.dumps(value)
 
 
@@ -70,10 +77,17 @@ def apply_rule(
     raw: str,
     literals: dict[Path, tuple[Any, int]],
     logprobs: list[TokenLogprob] | None,
+    config: dict[str, Any] | None = None,
+    request: IntrinsicRequest | None = None,
 ) -> Any:
     """``value`` with one transformation applied at every path it matches."""
     kind = rule.get("type")
     pattern = list(rule.get("input_path") or [])
+    if kind == "decode_sentences":
+        if request is None or config is None:
+            raise ValueError("decode_sentences needs the request that was sent")
+        table = _sentence_table(rule, config, request)
+        return _apply_beside(copy.deepcopy(value), pattern, _decode_sentence(rule, table))
     if kind == "likelihood":
         if not logprobs:
             raise ValueError("the likelihood transformation needs the output's log-probabilities")
@@ -93,6 +107,13 @@ def apply_rule(
         change = _explode(rule["target_field"])
     elif kind == "drop_duplicates":
         change = _drop_duplicates(list(rule["target_fields"]))
+    elif kind == "merge_spans":
+        change = _merge_spans(
+            list(rule["group_fields"]),
+            rule["begin_field"],
+            rule["end_field"],
+            rule.get("text_field"),
+        )
     else:
         raise IOConfigError(f"the '{kind}' transformation is not implemented in this library yet")
     return _apply_at_matches(copy.deepcopy(value), pattern, change)
@@ -210,6 +231,139 @@ def _drop_duplicates(targets: list[str]) -> Callable[[Any, Path], Any]:
         return list(kept.values())
 
     return change
+
+
+def _merge_spans(
+    group: list[str], begin: str, end: str, text: str | None
+) -> Callable[[Any, Path], Any]:
+    def change(value: Any, path: Path) -> Any:
+        if not isinstance(value, list):
+            raise ValueError(f"merge_spans: the value at {list(path)} is not a list")
+        ordered = sorted(value, key=lambda r: (*(str(r.get(g)) for g in group), r[begin]))
+        merged: list[dict[str, Any]] = []
+        for record in ordered:
+            last = merged[-1] if merged else None
+            same_group = last is not None and all(last.get(g) == record.get(g) for g in group)
+            if last is not None and same_group and last[end] == record[begin]:
+                last[end] = record[end]
+                if text is not None:
+                    last[text] += record[text]
+            else:
+                merged.append(dict(record))
+        return merged
+
+    return change
+
+
+def _sentence_table(
+    rule: dict[str, Any], config: dict[str, Any], request: IntrinsicRequest
+) -> list[dict[str, Any]]:
+    """Every marked sentence of the request's ``source`` locations, in numbering order:
+    its offsets and text in the unmarked text, and its document id or message index."""
+    sources = rule["source"] if isinstance(rule["source"], list) else [rule["source"]]
+    boundaries = config.get("sentence_boundaries") or {}
+    how = config.get("docs_as_message")
+    if how == "string":
+        raise IOConfigError("decode_sentences cannot read documents sent as a string message")
+    table: list[dict[str, Any]] = []
+    for source in sources:
+        tag = boundaries.get(source)
+        if not tag:
+            raise IOConfigError(f"decode_sentences reads '{source}', which has no sentence marker")
+        if source == "documents":
+            for doc in _sent_documents(request, how):
+                for sentence in desplit(doc["text"], tag, len(table)):
+                    table.append({**sentence, "document_id": doc.get("doc_id")})
+        elif source == "last_message":
+            index = -2 if config.get("instruction") else -1
+            table.extend(desplit(request.messages[index]["content"], tag, len(table)))
+        elif source == "all_but_last_message":
+            last = -2 if config.get("instruction") else -1
+            for i, message in enumerate(request.messages[:last]):
+                for sentence in desplit(message["content"], tag, len(table)):
+                    table.append({**sentence, "message_index": i})
+        else:
+            raise IOConfigError(f"decode_sentences: unknown source '{source}'")
+    return table
+
+
+def _sent_documents(request: IntrinsicRequest, how: str | None) -> list[dict[str, Any]]:
+    """The documents as sent: beside the messages, or inside them (json, roles)."""
+    if not how:
+        return request.documents
+    if how == "json":
+        return json.loads(request.messages[0]["content"])
+    return [
+        {"doc_id": m["role"][len("document ") :], "text": m["content"]}
+        for m in request.messages
+        if m["role"].startswith("document ")
+    ]
+
+
+def desplit(text: str, tag: str, first: int) -> list[dict[str, Any]]:
+    """The sentences of marked ``text`` (markers ``<tag{first}> ``, ``<tag{first+1}> ``,
+    ...): each one's ``begin``/``end`` in the text without markers, and its ``text``."""
+    marker = sentence_tag(tag, first)
+    at = text.find(marker)
+    if at == -1:
+        raise ValueError(f"sentence marker '{marker}' not found in {text[:80]!r}")
+    sentences: list[dict[str, Any]] = []
+    begin, start, number = 0, at + len(marker), first
+    while True:
+        following = text.find(sentence_tag(tag, number + 1), start)
+        piece = text[start:] if following == -1 else text[start:following]
+        sentences.append({"begin": begin, "end": begin + len(piece), "text": piece})
+        if following == -1:
+            return sentences
+        begin += len(piece)
+        start = following + len(sentence_tag(tag, number + 1))
+        number += 1
+
+
+def _decode_sentence(
+    rule: dict[str, Any], table: list[dict[str, Any]]
+) -> Callable[[Any, Path], dict[str, Any]]:
+    names = dict(rule.get("output_names") or {})
+    known = {"begin", "end", "text", "document_id", "message_index"}
+    if set(names) - known:
+        raise IOConfigError(f"decode_sentences: unknown output_names {sorted(set(names) - known)}")
+
+    def fields(value: Any, path: Path) -> dict[str, Any]:
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(table):
+            raise ValueError(f"decode_sentences: no sentence {value!r} (at {list(path)})")
+        sentence = table[value]
+        return {name: sentence.get(role) for role, name in names.items()}
+
+    return fields
+
+
+def _apply_beside(value: Any, pattern: list, fields: Callable[[Any, Path], dict]) -> Any:
+    """Add ``fields(sub, path)`` to the object holding each matched field."""
+
+    def walk(node: Any, depth: int, path: Path) -> Any:
+        if depth == len(pattern) - 1:
+            want = pattern[depth]
+            if not isinstance(node, dict):
+                raise ValueError(f"decode_sentences: {list(path)} is not an object")
+            for key in [k for k in node if want is None or k == want]:
+                node.update(fields(node[key], (*path, key)))
+            return node
+        want = pattern[depth]
+        items = (
+            node.items()
+            if isinstance(node, dict)
+            else enumerate(node)
+            if isinstance(node, list)
+            else []
+        )
+        for key, child in list(items):
+            if want is None or key == want:
+                node[key] = walk(child, depth + 1, (*path, key))
+        return node
+
+    if not pattern:
+        raise IOConfigError("decode_sentences needs an input_path to a field")
+    return walk(value, 0, ())
 
 
 def parse_with_positions(text: str) -> tuple[Any, dict[Path, tuple[Any, int]]]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from mellea.backends.adapters.adapter import Adapter, EmbeddedIntrinsicAdapter
 from mellea.backends.adapters.backend import resolve_adapter
-from mellea.backends.adapters.io import build_request
+from mellea.backends.adapters.io import IntrinsicRequest, build_request
 from mellea.backends.adapters.results import process_output
 from mellea.core.base import Context, Span
 from mellea.core.model_options import ModelOption
@@ -64,8 +64,8 @@ def request_for(
     intrinsic: Intrinsic,
     ctx: Context,
     model_options: dict[str, Any] | None = None,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The messages and model options one adapter-function call sends.
+) -> tuple[IntrinsicRequest, dict[str, Any]]:
+    """The request (messages, documents) and model options one adapter-function call sends.
 
     Options: ``temperature`` 0, then the adapter's io.yaml, then the caller's
     ``model_options`` (which win), then the adapter's name.
@@ -87,7 +87,7 @@ def request_for(
         options[ModelOption.ADAPTER] = adapter.qualified_name
     if template_kwargs:
         options["chat_template_kwargs"] = template_kwargs
-    return request.messages, options
+    return request, options
 
 
 async def run_intrinsic(
@@ -104,16 +104,16 @@ async def run_intrinsic(
     generation's usage; ``meta`` holds the raw output and the adapter's name.
     """
     adapter = adapter_for(backend, intrinsic)
-    messages, options = request_for(adapter, intrinsic, ctx, model_options)
+    request, options = request_for(adapter, intrinsic, ctx, model_options)
     if generate is None:
 
         async def generate(sent: list[dict[str, Any]], opts: dict[str, Any]) -> ModelOutputThunk:
             return await backend.generate(sent, model_options=opts)
 
-    raw_thunk = await generate(messages, options)
+    raw_thunk = await generate(request.messages, options)
     raw = await raw_thunk.avalue()
     assert adapter.config is not None
-    result = process_output(adapter.config, raw, raw_thunk.logprobs)
+    result = process_output(adapter.config, raw, raw_thunk.logprobs, request)
     thunk = ModelOutputThunk(result, meta={"raw": raw, "adapter": adapter.qualified_name})
     thunk.usage = raw_thunk.usage
     thunk.finish_reason = raw_thunk.finish_reason
