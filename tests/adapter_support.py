@@ -214,6 +214,7 @@ class FakeAdapterBackend(Backend):
         self.calls: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
         self.loaded: dict[str, str] = {}
         self.judge_answer = "yes"
+        self.judge_script: list[str] = []  # answers for the next model (non-adapter) calls
         self.adapter_outputs: dict[str, tuple[str, list]] = {
             "requirement-check_alora": ('{"score": "no"}', NO_TOKENS),
             "answerability_alora": ('"answerable"', []),
@@ -243,7 +244,8 @@ class FakeAdapterBackend(Backend):
         self.calls.append((messages, options))
         adapter = options.get(ModelOption.ADAPTER)
         if adapter is None:
-            text, tokens = self.judge_answer, []
+            text = self.judge_script.pop(0) if self.judge_script else self.judge_answer
+            tokens = []
         else:
             assert adapter in self.loaded, f"generation names adapter {adapter} never loaded"
             text, tokens = self.adapter_outputs[adapter]

@@ -17,15 +17,8 @@ import pytest
 
 CORPUS = Path(__file__).parent / "upstream_examples" / "examples.json"
 
-GROUNDEDNESS = (
-    "GroundednessRequirement (upstream's citations-then-judge pipeline) is not written "
-    "yet (issue 25)"
-)
-
 # "module:name" (name empty for `import module`) -> why we do not provide it yet.
-EXPECTED_MISSING: dict[str, str] = {
-    "mellea.stdlib.requirements.rag:GroundednessRequirement": GROUNDEDNESS,
-}
+EXPECTED_MISSING: dict[str, str] = {}
 
 
 def _corpus() -> dict:

@@ -229,7 +229,7 @@ def test_history_sentences_share_the_documents_numbering():
             "response_format": None,
             "transformations": None,
             "sentence_boundaries": boundaries,
-        }  # fmt: skip
+        }
     )
     messages = [
         {"role": "user", "content": "Hi. Who won?"},

@@ -30,8 +30,33 @@ def call_intrinsic(
     The adapter is the backend's (added, or the catalog's added on first use; aLoRA
     before LoRA). ``kwargs`` fill its instruction; ``model_options`` override its
     defaults (``temperature`` 0). ``io_contract(raw)`` parses and checks the result
-    when given, else it is ``json.loads``'d.
+    when given, else it is ``json.loads``'d. From async code, await
+    :func:`acall_intrinsic`.
     """
+    from mellea.core._sync import run_sync
+
+    return run_sync(
+        acall_intrinsic(
+            intrinsic_name,
+            context,
+            backend,
+            kwargs=kwargs,
+            model_options=model_options,
+            io_contract=io_contract,
+        )
+    )
+
+
+async def acall_intrinsic(
+    intrinsic_name: str,
+    context: Context,
+    backend: Any,
+    /,
+    kwargs: dict | None = None,
+    model_options: dict | None = None,
+    io_contract: Contract | None = None,
+) -> dict[str, Any]:
+    """Async :func:`call_intrinsic`."""
     from mellea.stdlib import functional as mfuncs
 
     _assert_context_forwards_history(intrinsic_name, context)
@@ -40,7 +65,9 @@ def call_intrinsic(
         intrinsic_kwargs=kwargs,
         adapter_types=(AdapterType.ALORA, AdapterType.LORA),
     )
-    thunk, _ = mfuncs.act(intrinsic, context, backend, model_options=model_options, strategy=None)
+    thunk, _ = await mfuncs.aact(
+        intrinsic, context, backend, model_options=model_options, strategy=None
+    )
     raw = thunk.value
     if raw is None:
         raise ValueError("the adapter function produced no output")
@@ -162,4 +189,10 @@ def coerce_documents(documents: Iterable[Any], auto_doc_id: bool = True) -> list
     return result
 
 
-__all__ = ["call_intrinsic", "coerce_documents", "dict_contract", "list_contract"]
+__all__ = [
+    "acall_intrinsic",
+    "call_intrinsic",
+    "coerce_documents",
+    "dict_contract",
+    "list_contract",
+]

@@ -10,6 +10,7 @@ from mellea.core.base import Context
 from mellea.stdlib.components.intrinsic._util import (
     _resolve_question,
     _resolve_response,
+    acall_intrinsic,
     call_intrinsic,
     coerce_documents,
     dict_contract,
@@ -110,11 +111,27 @@ def find_citations(
     """The sentences of ``documents`` that support each sentence of ``response``
     (default: the last assistant answer), as records with ``response_begin``/``end``/
     ``text`` and ``citation_doc_id``/``begin``/``end``/``text`` (``citations`` adapter)."""
+    from mellea.core._sync import run_sync
+
+    return run_sync(
+        afind_citations(response, documents, context, backend, model_options=model_options)
+    )
+
+
+async def afind_citations(
+    response: str | None,
+    documents: Iterable[Any],
+    context: Context,
+    backend: Any,
+    *,
+    model_options: dict | None = None,
+) -> list[dict]:
+    """Async :func:`find_citations` (ours)."""
     from mellea.stdlib.components.chat import Message
 
     response, context = _resolve_response(response, context)
     docs = coerce_documents(documents, auto_doc_id=False)
-    result = call_intrinsic(
+    result = await acall_intrinsic(
         "citations",
         context.add(Message("assistant", response, documents=docs)),
         backend,
@@ -178,6 +195,7 @@ def flag_hallucinated_content(
 
 
 __all__ = [
+    "afind_citations",
     "check_answerability",
     "check_context_relevance",
     "clarify_query",
