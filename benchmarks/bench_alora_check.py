@@ -83,6 +83,7 @@ def make_random_alora(model_dir: Path, out: Path) -> Path:
         r=8,
         lora_alpha=16,
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        task_type="CAUSAL_LM",
         alora_invocation_tokens=tokenizer.encode(GENERATION_PROMPT, add_special_tokens=False),
     )
     peft.get_peft_model(model, config).save_pretrained(out)

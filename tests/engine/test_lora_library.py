@@ -48,6 +48,7 @@ def make_random_alora(model_dir: Path, out: Path) -> Path:
         lora_alpha=8,
         target_modules=["q_proj", "v_proj"],
         init_lora_weights=False,  # random B too, so the adapter changes the output
+        task_type="CAUSAL_LM",
         alora_invocation_tokens=invocation,
     )
     peft.get_peft_model(model, config).save_pretrained(out)
@@ -109,3 +110,25 @@ def test_a_routed_requirement_check_uses_the_loaded_alora(backend):
     data = json.loads(verdict.reason)
     assert verdict.score == pytest.approx(data["requirement_check"]["score"])
     assert verdict.as_bool() == (verdict.score > 0.5)
+
+
+def test_a_check_after_the_answer_reuses_the_answers_cached_blocks(backend):
+    m = MelleaSession(backend, ChatContext())
+    adapter_backend.add_adapter(
+        backend,
+        IntrinsicAdapter(
+            "requirement-check", base_model_name=adapter_backend.base_model_name(backend)
+        ),
+    )
+    answer = m.instruct(
+        "Write a long, polite note inviting the whole team to a party on Friday evening.",
+        strategy=None,
+        model_options={ModelOption.MAX_NEW_TOKENS: 40, ModelOption.TEMPERATURE: 0.0},
+    )
+    assert answer.value
+    (verdict,) = m.validate([req("Use a professional tone.")])
+    usage = verdict.thunk.usage
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    # the conversation up to the answer came from the base model's blocks (the random
+    # tiny model's answer itself re-tokenizes differently, so only its prompt is sure)
+    assert cached >= answer.usage["prompt_tokens"] - 16, usage
