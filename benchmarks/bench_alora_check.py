@@ -4,7 +4,8 @@
     python benchmarks/bench_alora_check.py --quick    # 1 and 8 clients, 1 program each
     python benchmarks/bench_alora_check.py --adapter DIR   # a trained requirement-check aLoRA
 
-Each client runs a program on the bundled model: answer a question (48 tokens, greedy),
+Each client runs a program on the bundled model: write a customer email (up to
+``--answer-tokens``, default 160, greedy),
 then check one requirement on the answer with ``session.validate``. In ``alora`` mode
 the backend has a ``requirement-check`` aLoRA added, so the check is routed to it: the
 adapter applies from its invocation tokens on, and the engine's prefix cache serves the
@@ -74,11 +75,12 @@ def make_random_alora(model_dir: Path, out: Path) -> Path:
     import peft
     import torch
     import yaml
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    # only the module layout matters (the bundled model's weights live in a GGUF)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
     config = peft.LoraConfig(
         r=8,
         lora_alpha=16,
@@ -99,7 +101,7 @@ def computed_tokens(usage: dict[str, Any] | None) -> int:
     return usage["prompt_tokens"] - cached + usage["completion_tokens"]
 
 
-async def one_program(backend: Any, topic: int) -> dict[str, Any]:
+async def one_program(backend: Any, topic: int, answer_tokens: int = 48) -> dict[str, Any]:
     """Answer, then check the requirement on the answer; timings and tokens."""
     from mellea.stdlib.context import ChatContext
     from mellea.stdlib.requirements import req
@@ -108,10 +110,11 @@ async def one_program(backend: Any, topic: int) -> dict[str, Any]:
     m = MelleaSession(backend, ChatContext())
     began = time.perf_counter()
     answer = await m.ainstruct(
-        f"In two sentences, tell a customer why order number {1000 + topic} is late.",
+        f"Write a detailed, friendly email of about 120 words to a customer explaining "
+        f"why order number {1000 + topic} is late, what caused it and what happens next.",
         strategy=None,
         await_result=True,
-        model_options={"max_tokens": 48, "temperature": 0.0},
+        model_options={"max_tokens": answer_tokens, "temperature": 0.0},
     )
     answered = time.perf_counter()
     (verdict,) = await m.avalidate([req(REQUIREMENT)])
@@ -130,11 +133,14 @@ async def one_program(backend: Any, topic: int) -> dict[str, Any]:
     }
 
 
-async def run_mode(backend: Any, clients: int, programs: int, offset: int) -> dict[str, Any]:
+async def run_mode(
+    backend: Any, clients: int, programs: int, offset: int, answer_tokens: int
+) -> dict[str, Any]:
     """``clients`` concurrent clients, ``programs`` programs each, distinct prompts."""
 
     async def client(c: int) -> list[dict[str, Any]]:
-        return [await one_program(backend, offset + c * programs + p) for p in range(programs)]
+        topics = [offset + c * programs + p for p in range(programs)]
+        return [await one_program(backend, t, answer_tokens) for t in topics]
 
     began = time.perf_counter()
     results = [r for rs in await asyncio.gather(*(client(c) for c in range(clients))) for r in rs]
@@ -181,11 +187,13 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     programs = 1 if args.quick else args.programs
     rows = []
     offset = 0
-    await one_program(backend, 10_000)  # warm up (first-call compiles, thread pools)
+    await one_program(
+        backend, 10_000, args.answer_tokens
+    )  # warm up (first-call compiles, thread pools)
     for clients in (1, 8):
         for mode in modes:
             backend.default_to_constraint_checking_alora = mode == "alora"
-            row = await run_mode(backend, clients, programs, offset)
+            row = await run_mode(backend, clients, programs, offset, args.answer_tokens)
             offset += clients * programs
             rows.append({"mode": mode, **row})
             print(
@@ -196,13 +204,19 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
     engine.shutdown()
-    return {"model": engine.model_id, "adapter": str(path) if path else None, "rows": rows}
+    return {
+        "model": engine.model_id,
+        "adapter": str(path) if path else None,
+        "answer_tokens": args.answer_tokens,
+        "rows": rows,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one program per client")
     parser.add_argument("--programs", type=int, default=4, help="programs per client")
+    parser.add_argument("--answer-tokens", type=int, default=160, help="answer token budget")
     parser.add_argument("--adapter", help="a requirement-check aLoRA directory (PEFT + io.yaml)")
     parser.add_argument("--dtype", default=None, help="engine dtype (default: the engine's)")
     parser.add_argument(
