@@ -245,3 +245,13 @@ def test_find_citations_decodes_sentence_offsets_of_the_last_answer(backend):
     assert options["chat_template_kwargs"]["documents"] == [
         {"doc_id": "d1", "text": "<c0> Grass is green. <c1> The sky is blue."}
     ]
+
+
+def test_an_alora_the_engine_already_loaded_checks_plain_requirements(backend):
+    # as `m serve --lora requirement-check_alora=DIR` leaves it: loaded, not added
+    backend.loaded["requirement-check_alora"] = "/served/elsewhere"
+    m = MelleaSession(backend, _answered())
+    (verdict,) = m.validate([req("Use a professional tone.")])
+    assert verdict.score == pytest.approx(UPSTREAM_NO_SCORE)
+    assert adapter_backend.list_adapters(backend) == ["requirement-check_alora"]
+    assert backend.loaded["requirement-check_alora"] == "/served/elsewhere"  # not reloaded

@@ -70,8 +70,14 @@ def _engine_loaded(backend: Any) -> Adapter | None:
     name = f"{REQUIREMENT_CHECK}_{AdapterType.ALORA.value}"
     if name not in loaded_adapter_names(backend):
         return None
+    # where the engine loaded it from, when it says (its io.yaml is there); else the
+    # catalog's place under MELLEA_ADAPTERS_DIR
+    path = getattr((getattr(backend, "adapters", None) or {}).get(name), "path", None)
     try:
-        adapter = IntrinsicAdapter(REQUIREMENT_CHECK, base_model_name=base_model_name(backend))
+        if path is not None:
+            adapter = IntrinsicAdapter(REQUIREMENT_CHECK, adapter_path=path)
+        else:
+            adapter = IntrinsicAdapter(REQUIREMENT_CHECK, base_model_name=base_model_name(backend))
         add_adapter(backend, adapter)
     except ValueError as exc:  # its io.yaml is not here: the model judges instead
         log.warning("requirement-check aLoRA is loaded but cannot be used: %s", exc)
