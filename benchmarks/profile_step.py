@@ -224,6 +224,7 @@ def main() -> None:
 
     from benchmarks.bench_engine import make_prompts
     from mellea.engine.chat import render_chat
+    from mellea.engine.compute_path import ComputePath
     from mellea.engine.core import EngineCore
     from mellea.engine.loader import resolve_model
     from mellea.engine.output import eos_token_ids
@@ -240,8 +241,8 @@ def main() -> None:
         device=args.device,
         dtype=args.dtype,
     )
-    if args.unfused:
-        core.runner.model._fused = False
+    if args.unfused and core.runner.model.path is ComputePath.CPP_FUSED:
+        core.runner.model.set_path(ComputePath.CPP)
     prompts = make_prompts(lambda m: render_chat(tokenizer, m), max(batches) * len(batches))
     print(
         f"{path.name}: {core.config.weights} weights, {core.config.dtype} compute, "
