@@ -28,7 +28,7 @@ from mellea.engine.block_manager import BlockManager
 from mellea.engine.config import EngineConfig, ModelConfig
 from mellea.engine.constraints import Constraint, ConstraintCompiler
 from mellea.engine.core import EngineCore, StepOutput
-from mellea.engine.loader import DEFAULT_ALIASES, DEFAULT_MODEL_ID, resolve_model
+from mellea.engine.loader import ResolvedModel, locate_model
 from mellea.engine.model_runner import ModelRunner
 from mellea.engine.output import OutputBuilder, eos_token_ids
 from mellea.engine.scheduler import Scheduler
@@ -143,7 +143,7 @@ class Engine:
 
     def __init__(
         self,
-        model: str | None = None,
+        model: str | ResolvedModel | None = None,
         *,
         kv_cache_memory: int | float | None = None,
         block_size: int = 16,
@@ -155,8 +155,9 @@ class Engine:
         from transformers import AutoTokenizer
 
         check_engine_sizes(block_size, max_num_seqs, max_num_batched_tokens)
-        path = Path(resolve_model(model))
-        self.model_id = DEFAULT_MODEL_ID if model in DEFAULT_ALIASES else str(model)
+        resolved = locate_model(model)  # as it is when the caller resolved it already
+        path = resolved.path
+        self.model_id = resolved.model_id
         core_options = {
             "kv_cache_memory": kv_cache_memory,
             "block_size": block_size,
@@ -205,6 +206,11 @@ class Engine:
     def max_model_len(self) -> int:
         """Longest prompt + output, in tokens."""
         return self.core.config.max_model_len
+
+    @property
+    def weights(self) -> str:
+        """The weights' format (what ``dtype`` resolved to, e.g. ``int4`` for ``auto``)."""
+        return self.core.config.weights
 
     @property
     def config(self) -> EngineConfig:

@@ -284,10 +284,7 @@ def test_engine_converts_its_weights_and_stays_close_to_fp32(make_engine, fmt: s
 
 def test_runtime_keys_engines_by_resolved_format(tmp_path: Path):
     from mellea.backends.runtime import Runtime
-
-    class Fake:
-        def __init__(self, path: str, **kwargs) -> None:
-            self.kwargs = kwargs
+    from tests.stub_engine import FakeEngine as Fake
 
     (tmp_path / "config.json").write_text("{}")
     runtime = Runtime(engine_factory=Fake, dtype="int8")  # what m serve --dtype int8 sets
