@@ -30,7 +30,7 @@ from mellea.engine.constraints import Constraint, ConstraintCompiler
 from mellea.engine.core import EngineCore, StepOutput
 from mellea.engine.loader import ResolvedModel, locate_model
 from mellea.engine.model_runner import ModelRunner
-from mellea.engine.output import OutputBuilder, eos_token_ids
+from mellea.engine.output import DeltaBuilder, eos_token_ids
 from mellea.engine.scheduler import Scheduler
 from mellea.engine.sequence import Sequence
 from mellea.engine.stats import StepTimes, engine_stats
@@ -135,7 +135,7 @@ class _Request:
 
     seq: Sequence
     stream: weakref.ref[RequestStream]  # weak, so a stream its reader dropped gets collected
-    builder: OutputBuilder
+    builder: DeltaBuilder
 
 
 class Engine:
@@ -294,7 +294,7 @@ class Engine:
         if params.grammar is not None:  # GrammarError: a 400
             seq.constraint = constraint or self._constraints.matcher(params.grammar)
         stream = RequestStream(self, seq, loop)
-        request = _Request(seq, weakref.ref(stream), OutputBuilder(seq, self._tokenizer))
+        request = _Request(seq, weakref.ref(stream), DeltaBuilder(seq, self._tokenizer))
         with self._cond:
             if self._stopping:
                 raise RuntimeError("the engine is shut down")

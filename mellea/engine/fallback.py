@@ -5,7 +5,7 @@ an architecture without a family in :mod:`mellea.engine.families`) runs here. On
 thread steps the running requests in turn, one token each, every request with its
 own transformers cache; there is no batching and no paged KV. Tokens are picked by
 the fast engine's sampler and grammar matcher, and each token's text, stop strings
-and logprobs are built by its :class:`OutputBuilder`, so every :class:`SamplingParams`
+and logprobs are built by its :class:`DeltaBuilder`, so every :class:`SamplingParams`
 option (temperature, top-p/k, seed, penalties, stop strings, logprobs, constrained
 decoding) behaves as it does there.
 """
@@ -28,7 +28,7 @@ from mellea.engine.constraints import Constraint, ConstraintCompiler
 from mellea.engine.engine import RequestStream
 from mellea.engine.gguf_file import transformers_weights
 from mellea.engine.loader import ResolvedModel
-from mellea.engine.output import OutputBuilder, eos_token_ids
+from mellea.engine.output import DeltaBuilder, eos_token_ids
 from mellea.engine.sampler import build_sampling_batch, sample
 from mellea.engine.sequence import Sequence, SequenceStatus
 from mellea.engine.stops import StopChecker
@@ -74,7 +74,7 @@ class FallbackEngine:
         self._cond = threading.Condition()
         # request id -> (sequence, weak ref to its stream, its output builder, transformers
         # cache); weak, so a stream its reader dropped gets collected and aborts its request.
-        self._running: dict[str, tuple[Sequence, weakref.ref[RequestStream], OutputBuilder, Any]]
+        self._running: dict[str, tuple[Sequence, weakref.ref[RequestStream], DeltaBuilder, Any]]
         self._running = {}
         self._deferred_aborts: collections.deque[tuple[str, Sequence]] = collections.deque()
         self._stopping = False
@@ -139,7 +139,7 @@ class FallbackEngine:
         seq.stop_checker = StopChecker(params, self.eos_token_ids, max_tokens)
         if params.grammar is not None:
             seq.constraint = constraint or self._constraints.matcher(params.grammar)
-        builder = OutputBuilder(seq, self._tokenizer)
+        builder = DeltaBuilder(seq, self._tokenizer)
         stream = RequestStream(self, seq, loop)  # type: ignore[arg-type]
         with self._cond:
             if self._stopping:
@@ -214,7 +214,7 @@ class FallbackEngine:
 
     @torch.inference_mode()
     def _step(
-        self, seq: Sequence, ref: weakref.ref[RequestStream], builder: OutputBuilder, cache: Any
+        self, seq: Sequence, ref: weakref.ref[RequestStream], builder: DeltaBuilder, cache: Any
     ) -> None:
         """Run one forward for ``seq`` (its whole prompt first), sample and deliver a token."""
         if ref() is None:  # its reader is gone
