@@ -320,7 +320,8 @@ class Engine:
             self._send(stream, request.builder.final("abort"))
 
     def stats(self) -> dict:
-        """KV cache, queue and prefix cache counters, and the loop's step timings."""
+        """KV cache, queue and prefix cache counters, the loop's step timings, and the
+        compute path the model runs (``compute_path``, see :mod:`mellea.engine.compute_path`)."""
         with self._cond:
             return engine_stats(self.core, self._times)
 

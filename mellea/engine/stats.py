@@ -1,4 +1,5 @@
-"""The engine's counters: KV cache use, queues, prefix cache hits, step timings."""
+"""The engine's counters: KV cache use, queues, prefix cache hits, step timings (and
+the compute path the model runs)."""
 
 from __future__ import annotations
 
