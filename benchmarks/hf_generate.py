@@ -53,6 +53,10 @@ class HFGenerateEngine:
             ids = ids["input_ids"]
         return list(ids)
 
+    def compile_grammar(self, grammar: str) -> None:
+        """Refused: the baseline has no constrained decoding."""
+        raise ValueError("constrained decoding needs the batching engine, not the naive baseline")
+
     def add_request(
         self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[RequestOutput]:

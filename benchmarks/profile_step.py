@@ -4,7 +4,7 @@ Drives :class:`mellea.engine.core.EngineCore` on the default model (SmolLM2-135M
 ``--dtype auto`` as ``m serve`` runs it, CPU unless ``--device``) the way the engine
 thread does: ``schedule`` (the scheduler and building the inputs, under the engine
 lock), ``execute`` (forward pass and sampling, off the lock), ``update`` (appending
-tokens, under the lock), then each request's :class:`OutputBuilder` (detokenizer and
+tokens, under the lock), then each request's :class:`DeltaBuilder` (detokenizer and
 stop strings, off the lock). Two passes over the same kind of steps:
 
 1. timed: ``perf_counter`` around each phase, no profiler (the wall times);
@@ -100,7 +100,7 @@ def remove_scopes(core: Any) -> None:
 
 def start_batch(core: Any, tokenizer: Any, prompts: list[list[int]]) -> list[Any]:
     """Add one request per prompt and step through their prefills; their builders."""
-    from mellea.engine.output import OutputBuilder
+    from mellea.engine.output import DeltaBuilder
     from mellea.engine.types import SamplingParams
 
     params = SamplingParams(max_tokens=10_000, ignore_eos=True, stop=["<|never|>"])
@@ -108,7 +108,7 @@ def start_batch(core: Any, tokenizer: Any, prompts: list[list[int]]) -> list[Any
     for i, prompt in enumerate(prompts):
         seq = core.new_sequence(f"r{i}", prompt, params)
         core.add(seq)
-        builders.append(OutputBuilder(seq, tokenizer))
+        builders.append(DeltaBuilder(seq, tokenizer))
     while any(b.seq.num_output == 0 for b in builders):
         deliver(core.step(), builders)
     return builders
@@ -224,6 +224,7 @@ def main() -> None:
 
     from benchmarks.bench_engine import make_prompts
     from mellea.engine.chat import render_chat
+    from mellea.engine.compute_path import ComputePath
     from mellea.engine.core import EngineCore
     from mellea.engine.loader import resolve_model
     from mellea.engine.output import eos_token_ids
@@ -240,8 +241,8 @@ def main() -> None:
         device=args.device,
         dtype=args.dtype,
     )
-    if args.unfused:
-        core.runner.model._fused = False
+    if args.unfused and core.runner.model.path is ComputePath.CPP_FUSED:
+        core.runner.model.set_path(ComputePath.CPP)
     prompts = make_prompts(lambda m: render_chat(tokenizer, m), max(batches) * len(batches))
     print(
         f"{path.name}: {core.config.weights} weights, {core.config.dtype} compute, "

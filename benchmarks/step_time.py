@@ -32,6 +32,7 @@ import time
 import torch
 
 from mellea.engine import cpu_kernels
+from mellea.engine.compute_path import ComputePath
 from mellea.engine.config import EngineConfig, ModelConfig
 from mellea.engine.cpu_threads import ThreadTuner
 from mellea.engine.loader import resolve_model
@@ -89,14 +90,15 @@ def ab_steps(runner: ModelRunner, batch: ScheduledBatch, steps: int) -> dict[str
     """Median seconds per step of the CPU path with and without its C++ ops, the two
     alternating step by step so that both see the same machine load."""
     times: dict[str, list[float]] = {"cpp": [], "torch": []}
+    built = runner.model.path  # the C++ path, fused or not
     for i in range(2 * (steps + 3)):
         path = "cpp" if i % 2 else "torch"
-        runner.model.use_cpu_kernel(path == "cpp")
+        runner.model.set_path(built if path == "cpp" else ComputePath.TORCH)
         t = time.perf_counter()
         runner.execute(runner.prepare(batch))
         if i >= 6:
             times[path].append(time.perf_counter() - t)
-    runner.model.use_cpu_kernel(True)
+    runner.model.set_path(built)
     return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 

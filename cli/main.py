@@ -284,14 +284,15 @@ def serve(
     Example: m serve docs/examples/hello.py --port 8000
     """
     from cli.serve.runner import run
-    from cli.serve.settings import ServeSettings, parse_bytes, parse_duration, read_api_keys
+    from cli.serve.settings import ServeSettings, parse_duration, read_api_keys
+    from mellea.backends.runtime import parse_size
 
     try:
         max_age = parse_duration(responses_max_age)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--responses-max-age") from None
     try:
-        max_bytes = parse_bytes(responses_max_bytes)
+        max_bytes = int(parse_size(responses_max_bytes))
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--responses-max-bytes") from None
 

@@ -62,10 +62,11 @@ class ServeSettings:
 
     def runtime(self, progress: StepHook | None = None) -> Runtime:
         """The runtime an app built from these settings shares among its sessions."""
-        from mellea.backends.runtime import Runtime, parse_memory
+        from mellea.backends.runtime import Runtime, parse_size
 
+        memory = parse_size(self.kv_cache_memory, fraction=True) if self.kv_cache_memory else None
         return Runtime(
-            kv_cache_memory=parse_memory(self.kv_cache_memory) if self.kv_cache_memory else None,
+            kv_cache_memory=memory,
             dtype=self.dtype,
             tool_call_parser=self.tool_call_parser,
             model=self.model,
@@ -102,10 +103,10 @@ def check_settings(settings: ServeSettings) -> None:
     from mellea.core.parsers import get_reasoning_parser, get_tool_parser
 
     if settings.kv_cache_memory:
-        from mellea.backends.runtime import parse_memory
+        from mellea.backends.runtime import parse_size
 
         try:
-            parse_memory(settings.kv_cache_memory)
+            parse_size(settings.kv_cache_memory, fraction=True)
         except ValueError:
             raise SettingsError(
                 f"--kv-cache-memory {settings.kv_cache_memory!r}: give bytes (e.g. 2GiB) "
@@ -133,26 +134,6 @@ def check_settings(settings: ServeSettings) -> None:
             get_reasoning_parser(settings.reasoning_parser)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
-
-
-_BYTE_UNITS = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
-
-
-def parse_bytes(text: str) -> int:
-    """``"256MiB"``, ``"1GB"``, ``"4096"`` (bytes), in bytes."""
-    cleaned = text.strip().upper().removesuffix("B") + "B"
-    factor, number = 1, text.strip()
-    for unit, size in _BYTE_UNITS.items():
-        if cleaned.endswith(unit):
-            factor, number = size, cleaned[: -len(unit)]
-            break
-    try:
-        value = float(number) * factor
-    except ValueError:
-        raise ValueError(f"{text!r} is not a size; try 256MiB, 1GiB or 1000000") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{text!r}: give a finite, non-negative size")
-    return int(value)
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

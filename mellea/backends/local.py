@@ -17,7 +17,7 @@ from mellea.core.model_options import ModelOption
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
 
 if TYPE_CHECKING:
-    from mellea.engine.engine import Engine
+    from mellea.engine.interface import InferenceEngine
 
 
 class LocalBackend(Backend):
@@ -38,7 +38,7 @@ class LocalBackend(Backend):
         model_id: Any = None,
         *,
         model_options: dict[str, Any] | None = None,
-        engine: Engine | None = None,
+        engine: InferenceEngine | None = None,
         tool_call_parser: str | None = None,
         runtime: Runtime | None = None,
         **engine_kwargs: Any,
@@ -124,8 +124,7 @@ class LocalBackend(Backend):
                 with_tool_instructions(messages, tools), **render
             )
         grammar = _grammar(format, options.get("response_format"), forced_tools)
-        compile_grammar = getattr(self.engine, "compile_grammar", None)
-        constraint = compile_grammar(grammar) if grammar and compile_grammar else None
+        constraint = self.engine.compile_grammar(grammar) if grammar else None
         return prompt, grammar, constraint
 
     def count_tokens(self, text: str) -> int:

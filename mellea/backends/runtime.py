@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,14 +28,15 @@ from mellea.core.errors import RequestError
 from mellea.plugins.manager import PluginManager
 
 if TYPE_CHECKING:
-    from mellea.engine.engine import Engine
+    from mellea.engine.interface import InferenceEngine
+    from mellea.engine.loader import ResolvedModel
 
 log = logging.getLogger("mellea.runtime")
 
 StepHook = Callable[[str], contextlib.AbstractContextManager[None]]
-# Builds an engine from a resolved model directory and the engine's keyword arguments
-# (the benchmarks inject their naive baseline this way; tests inject fakes).
-EngineFactory = Callable[..., Any]
+# Builds an InferenceEngine from a ResolvedModel (the runtime resolves each model once,
+# here, and hands it down) and the engine's keyword arguments; tests inject fakes.
+EngineFactory = Callable[..., "InferenceEngine"]
 
 
 class ModelUnavailableError(RequestError):
@@ -74,7 +76,7 @@ class Runtime:
     ``model``: serve this model for every local session, whatever the program names.
     ``chat_template``: a Jinja chat template (text) used instead of the models' own.
     ``progress``: shows long loading steps (a context manager per step); default: logged.
-    ``engine_factory``: builds engines (default: the batching :class:`Engine`).
+    ``engine_factory``: builds engines (default: :func:`mellea.engine.build_engine`).
     """
 
     def __init__(
@@ -95,8 +97,8 @@ class Runtime:
         self.chat_template = chat_template
         self.progress = progress
         self.engine_factory = engine_factory
-        self._engines: dict[tuple[Any, ...], Engine] = {}  # by resolved model
-        self._spellings: dict[tuple[Any, ...], Engine] = {}  # by what a session asked for
+        self._engines: dict[tuple[Any, ...], InferenceEngine] = {}  # by resolved model
+        self._spellings: dict[tuple[Any, ...], InferenceEngine] = {}  # by what was asked for
         self._noted: set[str] = set()
         self._lock = threading.Lock()  # guards the dicts above
         self._build_lock = threading.Lock()  # one engine is built at a time
@@ -113,7 +115,7 @@ class Runtime:
         finally:
             _current.reset(token)
 
-    def engine(self, model_id: Any = None, **engine_kwargs: Any) -> Engine:
+    def engine(self, model_id: Any = None, **engine_kwargs: Any) -> InferenceEngine:
         """The engine for ``model_id`` (a name, a path or a ``ModelIdentifier``), built once.
 
         Every spelling of one model (``None``, its hub id, its directory) gets the same
@@ -140,25 +142,25 @@ class Runtime:
                 engine = self._spellings.get(spelling)
             if engine is not None:
                 return engine
-            path = self._resolve(spec)
-            key = (str(path.resolve()), *_placement(engine_kwargs, path))
+            model = self._locate(spec)
+            key = (str(model.path.resolve()), *_placement(engine_kwargs, model.path))
             with self._lock:
                 engine = self._engines.get(key)
             if engine is None:
-                engine = self._build(path, spec, engine_kwargs)
+                engine = self._build(model, engine_kwargs)
             with self._lock:
                 self._engines[key] = engine
                 self._spellings[spelling] = engine
             return engine
 
-    def engines(self) -> list[Engine]:
+    def engines(self) -> list[InferenceEngine]:
         """The engines loaded so far."""
         with self._lock:
             return list(self._engines.values())
 
     def engine_stats(self) -> dict[str, dict[str, Any]]:
         """``stats()`` of every loaded engine, by model name."""
-        return {e.model_id: e.stats() for e in self.engines() if hasattr(e, "stats")}
+        return {e.model_id: e.stats() for e in self.engines()}
 
     async def warm_up(self) -> int:
         """Run a one-token generation on every loaded engine, and build its grammar token
@@ -170,11 +172,10 @@ class Runtime:
         from mellea.engine.types import SamplingParams
 
         for engine in engines:
-            compile_grammar = getattr(engine, "compile_grammar", None)
-            if compile_grammar is not None:
-                # The first grammar builds the tokenizer's table (Python-heavy, ~0.4 s
-                # holding the GIL): do it before serving, not during a client's request.
-                await asyncio.to_thread(compile_grammar, json_schema_grammar({"type": "object"}))
+            # The first grammar builds the tokenizer's table (Python-heavy, ~0.4 s
+            # holding the GIL): do it before serving, not during a client's request.
+            grammar = json_schema_grammar({"type": "object"})
+            await asyncio.to_thread(engine.compile_grammar, grammar)
             # Plain text, not the chat template: a model may have none (chat requests
             # then get a 400), and that must not stop the server from starting.
             prompt = engine.tokenizer.encode("Hi")
@@ -185,9 +186,7 @@ class Runtime:
     def shutdown(self) -> None:
         """Stop every engine's thread (the runtime is not used afterwards)."""
         for engine in self.engines():
-            stop = getattr(engine, "shutdown", None)
-            if stop is not None:
-                stop()
+            engine.shutdown()
 
     def note_once(self, message: str) -> None:
         """Log ``message`` the first time it comes (e.g. each model ``--model`` replaces)."""
@@ -197,29 +196,31 @@ class Runtime:
             self._noted.add(message)
         log.info("%s", message)
 
-    def _resolve(self, spec: str | None) -> Path:
-        from mellea.engine.loader import ModelNotFoundError, resolve_model
+    def _locate(self, spec: str | None) -> ResolvedModel:
+        """The model ``spec`` names, found here once and handed to the engine."""
+        from mellea.engine.loader import ModelNotFoundError, locate_model
 
         try:
-            return resolve_model(spec, step=self.progress)
+            return locate_model(spec, step=self.progress)
         except ModelNotFoundError as exc:
             raise ModelUnavailableError(spec or "default", str(exc)) from None
 
-    def _build(self, path: Path, spec: str | None, kwargs: dict[str, Any]) -> Engine:
-        from mellea.engine.loader import DEFAULT_ALIASES, DEFAULT_MODEL_ID
+    def _build(self, model: ResolvedModel, kwargs: dict[str, Any]) -> InferenceEngine:
+        from mellea.engine.interface import InferenceEngine, missing_members
 
         if self.engine_factory is not None:
-            engine = self.engine_factory(str(path), **kwargs)
+            engine = self.engine_factory(model, **kwargs)
         else:
             from mellea.engine import build_engine
 
             # The fast engine, or transformers' own forward pass for what it does not cover.
-            engine = build_engine(str(path), **kwargs)
+            engine = build_engine(model, **kwargs)
+        if not isinstance(engine, InferenceEngine):
+            missing = ", ".join(missing_members(engine))
+            raise TypeError(f"{type(engine).__name__} is not an InferenceEngine (no {missing})")
         # Reported in stats and metrics: the name asked for, not the cache directory.
-        engine.model_id = DEFAULT_MODEL_ID if spec in DEFAULT_ALIASES else str(spec)
-        weights = getattr(getattr(engine, "config", None), "weights", None)
-        if isinstance(weights, str):  # what --dtype auto chose is worth a line
-            log.info("model %s: %s weights", engine.model_id, weights)
+        engine.model_id = model.model_id
+        log.info("model %s: %s weights", engine.model_id, engine.weights)  # what auto chose
         return engine
 
 
@@ -267,14 +268,31 @@ def _shown(model_id: Any) -> str:
     return str(model_id)
 
 
-def parse_memory(text: str) -> int | float:
-    """``"2GiB"``, ``"512MiB"``, ``"1000000"`` (bytes) or ``"0.25"`` (a fraction of memory)."""
-    units = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
-    cleaned = text.strip().upper()
-    for unit, factor in units.items():
+_BYTE_UNITS = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+
+
+def parse_size(text: str, *, fraction: bool = False) -> int | float:
+    """Bytes of ``"256MiB"``, ``"1GB"``, ``"1G"`` or ``"4096"``; with ``fraction``, a
+    plain decimal such as ``"0.25"`` is returned as that float (a fraction of memory).
+
+    ``ValueError`` with a one-line message for anything else.
+    """
+    stripped = text.strip()
+    if fraction and "." in stripped and stripped.replace(".", "", 1).isdigit():
+        return float(stripped)
+    cleaned = stripped.upper().removesuffix("B") + "B"
+    factor, number = 1, stripped
+    for unit, size in _BYTE_UNITS.items():
         if cleaned.endswith(unit):
-            return int(float(cleaned[: -len(unit)]) * factor)
-    return float(cleaned) if "." in cleaned else int(cleaned)
+            factor, number = size, cleaned[: -len(unit)]
+            break
+    try:
+        value = float(number) * factor
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size; try 256MiB, 1GiB or 1000000") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{text!r}: give a finite, non-negative size")
+    return int(value)
 
 
 def _placement(kwargs: dict[str, Any], path: Path) -> tuple[str, str, Any]:

@@ -9,7 +9,7 @@ one context-variable read per call.
 
 The trace lives in a context variable, so it follows the program into the tasks it
 starts, into the worker thread a sync ``serve()`` runs in, and onto the background loop
-of the sync session methods (:func:`mellea.stdlib._sync.run_sync` runs there in a copy
+of the sync session methods (:func:`mellea.core._sync.run_sync` runs there in a copy
 of the caller's context). A *live* trace also queues events for a streaming reply; they
 may be reported from any thread and arrive on the loop that created the trace.
 """

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mellea.engine.interface import InferenceEngine
+    from mellea.engine.loader import ResolvedModel
 
 
-def build_engine(model: str | None = None, **kwargs: Any) -> Any:
+def build_engine(model: str | ResolvedModel | None = None, **kwargs: Any) -> InferenceEngine:
     """The engine that serves ``model`` (default, directory, ``.gguf`` file or hub id).
 
-    The fast engine (:class:`mellea.engine.engine.Engine`) when it covers the model's
+    An :class:`~mellea.engine.interface.InferenceEngine`: the fast engine
+    (:class:`mellea.engine.engine.Engine`) when it covers the model's
     family and every key of its config; otherwise the transformers fallback
     (:class:`mellea.engine.fallback.FallbackEngine`), announced with one warning log
     line. Raises ``ModelNotSupportedError`` (one line) when neither can run it.

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from mellea.engine.compute_path import ComputePath
 from mellea.engine.families import (
     STATIC_ROPE_TYPES,
     Family,
@@ -200,6 +201,9 @@ class EngineConfig:
     weights: str = "float32"  # weight format (mellea.engine.quant): float32, bfloat16, int8
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     max_model_len: int = 0  # 0: the model's max_position_embeddings
+    # How the forward pass computes (mellea.engine.compute_path); None: chosen from the
+    # device, dtype and environment switches, then set to what the built model runs.
+    compute_path: ComputePath | None = None
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from mellea.engine.block_manager import BlockManager
+from mellea.engine.compute_path import choose_compute_path
 from mellea.engine.config import (
     EngineConfig,
     ModelConfig,
@@ -36,6 +37,7 @@ from mellea.engine.sampler import SamplingFailed
 from mellea.engine.scheduler import ScheduledBatch, Scheduler
 from mellea.engine.sequence import Sequence
 from mellea.engine.stops import StopChecker
+from mellea.engine.switches import read_switches
 from mellea.engine.types import FinishReason, SamplingParams, TokenLogprobs
 from mellea.engine.validation import check_engine_sizes, unsampleable, validate_request
 
@@ -116,7 +118,9 @@ class EngineCore:
         self.config = cfg
         self.kv_cache_budget = budget
         self.eos_token_ids = set(eos_token_ids)
+        cfg.compute_path = choose_compute_path(dev, cfg.dtype, read_switches())
         self.runner = ModelRunner(self.model_config, cfg, num_blocks)
+        cfg.compute_path = self.runner.model.path  # CPP_FUSED is known once weights load
         self.blocks = BlockManager(num_blocks, block_size)
         self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens)
         self.requests: dict[str, Sequence] = {}  # the unfinished sequences, by request id

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from mellea.engine import cpu_build
+from mellea.engine.switches import read_switches
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def _load(fam: str) -> bool:
 
 def available() -> bool:
     """Whether the kernels are (or can now be) loaded; loads them on the first call."""
-    if os.environ.get("MELLEA_CPU_KERNEL") == "0":
+    if not read_switches().cpu_kernel:
         return False
     with _lock:
         if not _current:

@@ -28,9 +28,9 @@ from mellea.engine.block_manager import BlockManager
 from mellea.engine.config import EngineConfig, ModelConfig
 from mellea.engine.constraints import Constraint, ConstraintCompiler
 from mellea.engine.core import EngineCore, StepOutput
-from mellea.engine.loader import DEFAULT_ALIASES, DEFAULT_MODEL_ID, resolve_model
+from mellea.engine.loader import ResolvedModel, locate_model
 from mellea.engine.model_runner import ModelRunner
-from mellea.engine.output import OutputBuilder, eos_token_ids
+from mellea.engine.output import DeltaBuilder, eos_token_ids
 from mellea.engine.scheduler import Scheduler
 from mellea.engine.sequence import Sequence
 from mellea.engine.stats import StepTimes, engine_stats
@@ -135,7 +135,7 @@ class _Request:
 
     seq: Sequence
     stream: weakref.ref[RequestStream]  # weak, so a stream its reader dropped gets collected
-    builder: OutputBuilder
+    builder: DeltaBuilder
 
 
 class Engine:
@@ -143,7 +143,7 @@ class Engine:
 
     def __init__(
         self,
-        model: str | None = None,
+        model: str | ResolvedModel | None = None,
         *,
         kv_cache_memory: int | float | None = None,
         block_size: int = 16,
@@ -155,8 +155,9 @@ class Engine:
         from transformers import AutoTokenizer
 
         check_engine_sizes(block_size, max_num_seqs, max_num_batched_tokens)
-        path = Path(resolve_model(model))
-        self.model_id = DEFAULT_MODEL_ID if model in DEFAULT_ALIASES else str(model)
+        resolved = locate_model(model)  # as it is when the caller resolved it already
+        path = resolved.path
+        self.model_id = resolved.model_id
         core_options = {
             "kv_cache_memory": kv_cache_memory,
             "block_size": block_size,
@@ -205,6 +206,11 @@ class Engine:
     def max_model_len(self) -> int:
         """Longest prompt + output, in tokens."""
         return self.core.config.max_model_len
+
+    @property
+    def weights(self) -> str:
+        """The weights' format (what ``dtype`` resolved to, e.g. ``int4`` for ``auto``)."""
+        return self.core.config.weights
 
     @property
     def config(self) -> EngineConfig:
@@ -288,7 +294,7 @@ class Engine:
         if params.grammar is not None:  # GrammarError: a 400
             seq.constraint = constraint or self._constraints.matcher(params.grammar)
         stream = RequestStream(self, seq, loop)
-        request = _Request(seq, weakref.ref(stream), OutputBuilder(seq, self._tokenizer))
+        request = _Request(seq, weakref.ref(stream), DeltaBuilder(seq, self._tokenizer))
         with self._cond:
             if self._stopping:
                 raise RuntimeError("the engine is shut down")
@@ -314,7 +320,8 @@ class Engine:
             self._send(stream, request.builder.final("abort"))
 
     def stats(self) -> dict:
-        """KV cache, queue and prefix cache counters, and the loop's step timings."""
+        """KV cache, queue and prefix cache counters, the loop's step timings, and the
+        compute path the model runs (``compute_path``, see :mod:`mellea.engine.compute_path`)."""
         with self._cond:
             return engine_stats(self.core, self._times)
 

@@ -6,7 +6,8 @@ import logging
 from typing import Any
 
 from mellea.engine.families import UnsupportedModelError
-from mellea.engine.loader import DEFAULT_ALIASES, DEFAULT_MODEL_ID, resolve_model
+from mellea.engine.interface import InferenceEngine
+from mellea.engine.loader import ResolvedModel, locate_model
 
 log = logging.getLogger("mellea.engine")
 
@@ -15,30 +16,30 @@ class ModelNotSupportedError(RuntimeError):
     """Neither the fast engine nor transformers can run this model."""
 
 
-def build_engine(model: str | None = None, **kwargs: Any) -> Any:
-    """An engine for ``model`` (see :func:`mellea.engine.build_engine`)."""
+def build_engine(model: str | ResolvedModel | None = None, **kwargs: Any) -> InferenceEngine:
+    """An engine for ``model`` (see :func:`mellea.engine.build_engine`); a name is
+    resolved here, once, for whichever engine runs it."""
     from mellea.engine.engine import Engine
 
+    resolved = locate_model(model)
     try:
-        return Engine(model, **kwargs)
+        return Engine(resolved, **kwargs)
     except UnsupportedModelError as exc:
         reason = str(exc)
     from mellea.engine.fallback import FallbackEngine
 
-    path = resolve_model(model, report=lambda _: None)  # the fast engine already said where
-    model_id = DEFAULT_MODEL_ID if model in DEFAULT_ALIASES else str(model)
     try:
-        engine = FallbackEngine(path, model_id=model_id, **kwargs)
+        engine = FallbackEngine(resolved, **kwargs)
     except (ValueError, KeyError, OSError) as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ModelNotSupportedError(
-            f"cannot run model {model_id!r}: the fast engine does not cover it ({reason}) "
-            f"and transformers cannot load it ({first_line})"
+            f"cannot run model {resolved.model_id!r}: the fast engine does not cover it "
+            f"({reason}) and transformers cannot load it ({first_line})"
         ) from None
     log.warning(
         "model %s: the fast engine does not cover it (%s); serving it with transformers' "
         "forward pass instead (slower: no batching, no paged KV cache)",
-        model_id,
+        resolved.model_id,
         reason,
     )
     return engine

@@ -5,7 +5,7 @@ an architecture without a family in :mod:`mellea.engine.families`) runs here. On
 thread steps the running requests in turn, one token each, every request with its
 own transformers cache; there is no batching and no paged KV. Tokens are picked by
 the fast engine's sampler and grammar matcher, and each token's text, stop strings
-and logprobs are built by its :class:`OutputBuilder`, so every :class:`SamplingParams`
+and logprobs are built by its :class:`DeltaBuilder`, so every :class:`SamplingParams`
 option (temperature, top-p/k, seed, penalties, stop strings, logprobs, constrained
 decoding) behaves as it does there.
 """
@@ -18,17 +18,17 @@ import logging
 import threading
 import uuid
 import weakref
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from mellea.engine.chat import render_chat
 from mellea.engine.config import resolve_device, resolve_dtype
-from mellea.engine.constraints import ConstraintCompiler
+from mellea.engine.constraints import Constraint, ConstraintCompiler
 from mellea.engine.engine import RequestStream
 from mellea.engine.gguf_file import transformers_weights
-from mellea.engine.output import OutputBuilder, eos_token_ids
+from mellea.engine.loader import ResolvedModel
+from mellea.engine.output import DeltaBuilder, eos_token_ids
 from mellea.engine.sampler import build_sampling_batch, sample
 from mellea.engine.sequence import Sequence, SequenceStatus
 from mellea.engine.stops import StopChecker
@@ -41,41 +41,40 @@ log = logging.getLogger("mellea.engine")
 class FallbackEngine:
     """Serve a model with transformers' forward pass, one request step at a time.
 
-    Same public API as :class:`mellea.engine.engine.Engine` (``add_request``,
-    ``abort``, ``apply_chat_template``, ``stats``, ``shutdown``).
+    An :class:`~mellea.engine.interface.InferenceEngine`, like
+    :class:`mellea.engine.engine.Engine`.
     """
 
     def __init__(
         self,
-        path: str | Path,
+        model: ResolvedModel,
         *,
-        model_id: str,
         dtype: str | torch.dtype | None = None,
         device: str | None = None,
         **_unused: Any,  # the fast engine's KV and batching settings
     ) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        path = Path(path)
+        path = model.path
         dev = resolve_device(device)
-        self.model_id = model_id
+        self.model_id = model.model_id
+        torch_dtype = resolve_dtype(dtype, dev)
+        self._weights = str(torch_dtype).removeprefix("torch.")
         # The model first: when transformers does not know the architecture, that is the error.
         where, extra = transformers_weights(path)  # a GGUF's: transformers dequantizes it
-        self.model = AutoModelForCausalLM.from_pretrained(
-            where, dtype=resolve_dtype(dtype, dev), **extra
-        )
+        self.model = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **extra)
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         self.model.to(dev).eval().requires_grad_(False)
         self.device = dev
         text_config = self.model.config.get_text_config()
         self.vocab_size = int(text_config.vocab_size)
-        self.max_model_len = int(getattr(text_config, "max_position_embeddings", 0) or 4096)
+        self._max_model_len = int(getattr(text_config, "max_position_embeddings", 0) or 4096)
         self.eos_token_ids = eos_token_ids(path, self._tokenizer)
         self._constraints = ConstraintCompiler(self._tokenizer, self.vocab_size)
         self._cond = threading.Condition()
         # request id -> (sequence, weak ref to its stream, its output builder, transformers
         # cache); weak, so a stream its reader dropped gets collected and aborts its request.
-        self._running: dict[str, tuple[Sequence, weakref.ref[RequestStream], OutputBuilder, Any]]
+        self._running: dict[str, tuple[Sequence, weakref.ref[RequestStream], DeltaBuilder, Any]]
         self._running = {}
         self._deferred_aborts: collections.deque[tuple[str, Sequence]] = collections.deque()
         self._stopping = False
@@ -87,6 +86,16 @@ class FallbackEngine:
     def tokenizer(self) -> Any:
         """The Hugging Face tokenizer."""
         return self._tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest prompt + output, in tokens (the model's positions)."""
+        return self._max_model_len
+
+    @property
+    def weights(self) -> str:
+        """The weights' format (transformers holds them in this dtype)."""
+        return self._weights
 
     def apply_chat_template(
         self,
@@ -107,8 +116,17 @@ class FallbackEngine:
             template_kwargs=template_kwargs,
         )
 
+    def compile_grammar(self, grammar: str) -> Constraint:
+        """A matcher for ``grammar`` (see ``Engine.compile_grammar``)."""
+        return self._constraints.matcher(grammar)
+
     def add_request(
-        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        *,
+        constraint: Constraint | None = None,
     ) -> RequestStream:
         """Validate and enqueue a request; stream its outputs (see ``Engine.add_request``)."""
         loop = asyncio.get_running_loop()
@@ -120,8 +138,8 @@ class FallbackEngine:
             seq.generator = torch.Generator().manual_seed(params.seed)
         seq.stop_checker = StopChecker(params, self.eos_token_ids, max_tokens)
         if params.grammar is not None:
-            seq.constraint = self._constraints.matcher(params.grammar)
-        builder = OutputBuilder(seq, self._tokenizer)
+            seq.constraint = constraint or self._constraints.matcher(params.grammar)
+        builder = DeltaBuilder(seq, self._tokenizer)
         stream = RequestStream(self, seq, loop)  # type: ignore[arg-type]
         with self._cond:
             if self._stopping:
@@ -196,7 +214,7 @@ class FallbackEngine:
 
     @torch.inference_mode()
     def _step(
-        self, seq: Sequence, ref: weakref.ref[RequestStream], builder: OutputBuilder, cache: Any
+        self, seq: Sequence, ref: weakref.ref[RequestStream], builder: DeltaBuilder, cache: Any
     ) -> None:
         """Run one forward for ``seq`` (its whole prompt first), sample and deliver a token."""
         if ref() is None:  # its reader is gone

@@ -19,6 +19,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger("mellea.engine.loader")
@@ -64,6 +65,31 @@ def bundled_gguf_path() -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model found once and handed down: its directory and the name it is reported by."""
+
+    path: Path  # a Hugging Face style directory (see the module's docstring)
+    model_id: str  # what was asked for; the default's hub id for its aliases
+
+
+def model_id_for(spec: str | None) -> str:
+    """The name a model asked for as ``spec`` is reported by (stats, metrics, logs)."""
+    return DEFAULT_MODEL_ID if spec in DEFAULT_ALIASES else str(spec)
+
+
+def locate_model(
+    spec: str | ResolvedModel | None = None,
+    report: Reporter | None = None,
+    step: StepHook | None = None,
+) -> ResolvedModel:
+    """``spec`` resolved (see :func:`resolve_model`), with its name; a
+    :class:`ResolvedModel` is returned as it is."""
+    if isinstance(spec, ResolvedModel):
+        return spec
+    return ResolvedModel(resolve_model(spec, report, step), model_id_for(spec))
 
 
 def resolve_model(

@@ -11,6 +11,7 @@ norms, multipliers, windows, RoPE per layer kind, activation) comes from
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mellea.engine import cpu_kernels, kernels
+from mellea.engine.compute_path import ComputePath, choose_compute_path
 from mellea.engine.config import ModelConfig
 from mellea.engine.cpu_attention import (
     AttentionMetadata,
@@ -26,38 +28,38 @@ from mellea.engine.cpu_attention import (
     cpu_paged_prefill_attention,
 )
 from mellea.engine.rope import interleaved_order, rope_tables, rotations
+from mellea.engine.switches import read_switches
 from mellea.engine.weights import load_weights
 
-__all__ = ["AttentionMetadata", "DecoderModel", "build_model"]
-
-
-# Which implementation the small ops of a module run: "kernels" (mellea.engine.kernels:
-# Triton on GPU, the reference elsewhere), "torch" (the CPU path in PyTorch ops) or
-# "cpp" (the CPU path with the C++ ops of mellea.engine.cpu_kernels).
+__all__ = ["AttentionMetadata", "ComputePath", "DecoderModel", "build_model"]
 
 
 def _norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None, path: str
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    residual: torch.Tensor | None,
+    path: ComputePath,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """RMSNorm(x + residual), returning the new residual too (None in -> None out).
 
-    On the "cpp" path the residual is updated in place.
+    On the C++ path the residual is updated in place.
     """
-    if path == "cpp":
+    if path.cpp:
         return cpu_kernels.rms_norm(x, weight, eps, residual), residual
-    if path == "kernels":
+    if path.kernels:
         return kernels.rms_norm(x, weight, eps, residual)
     if residual is not None:
         x = x + residual
     return F.rms_norm(x, weight.shape, weight, eps), (x if residual is not None else None)
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, path: str) -> torch.Tensor:
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, path: ComputePath) -> torch.Tensor:
     """RMSNorm over the last dim of ``x`` (any shape) with ``weight`` of that size."""
-    if path == "torch":
+    if path is ComputePath.TORCH:
         return F.rms_norm(x, weight.shape, weight, eps)
     flat = x.reshape(-1, weight.shape[0])
-    if path == "cpp":
+    if path.cpp:
         return cpu_kernels.rms_norm(flat, weight, eps).view(x.shape)
     return kernels.rms_norm(flat, weight, eps)[0].view(x.shape)
 
@@ -65,15 +67,12 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, path: str) -> torch.
 class Attention(nn.Module):
     """Self-attention with fused QKV, optional q/k norms, RoPE and a paged KV cache.
 
-    Two paths with the same maths: the kernels of :mod:`mellea.engine.kernels`
-    (Triton on GPU), and a CPU path that does each step in as few PyTorch ops as it
-    can, since per-op overhead is a good part of a small model's decode step there.
+    Each :class:`ComputePath` has its own forward function, with the same maths.
     """
 
-    def __init__(self, cfg: ModelConfig, layer: int, fast_cpu: bool) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int, path: ComputePath) -> None:
         super().__init__()
-        self.fast_cpu = fast_cpu
-        self.path = "torch" if fast_cpu else "kernels"  # see _norm; DecoderModel.use_cpu_kernel
+        self.path = path.layer_path  # see DecoderModel.set_path
         self.num_heads = cfg.num_heads
         self.num_kv_heads = cfg.num_kv_heads
         self.head_dim = cfg.head_dim
@@ -105,43 +104,95 @@ class Attention(nn.Module):
         ``rope`` maps a layer kind to its cos|sin table on the kernel path and to this
         step's complex rotations [T, 1, D/2] on the CPU path.
         """
-        n_tokens = x.shape[0]
-        n_heads, n_kv, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = self.qkv_proj(x)
-        if self.path == "cpp" and self.qk_norm is None and k_cache.dtype == torch.float32:
-            # One C++ op rotates q and k in place and writes K and V into the cache.
-            cpu_kernels.rope_store_kv(
-                qkv, rope[self.rope_kind], k_cache, v_cache, meta.slot_mapping, n_heads, n_kv
-            )
-            q = qkv[:, : self.q_size].view(n_tokens, n_heads, head_dim)
-            if meta.num_decode == n_tokens:  # decodes only: k and v are in the cache now
-                return self.o_proj(self._decode(q, k_cache, v_cache, meta))
-            k = qkv[:, self.q_size : self.q_size + self.kv_size].view(n_tokens, n_kv, head_dim)
-            v = qkv[:, self.q_size + self.kv_size :].view(n_tokens, n_kv, head_dim)
-            return self.o_proj(self._attend(q, k, v, k_cache, v_cache, meta))
-        v = qkv[:, self.q_size + self.kv_size :].view(n_tokens, n_kv, head_dim)
+        if self.path.kernels:
+            out = self._forward_kernels(qkv, positions, rope, k_cache, v_cache, meta)
+        elif self.path is ComputePath.CPP:
+            out = self._forward_cpp(qkv, rope, k_cache, v_cache, meta)
+        else:
+            out = self._forward_torch(qkv, rope, k_cache, v_cache, meta)
+        return self.o_proj(out)
+
+    def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [T, Hq, D], k and v [T, Hk, D] of the fused projection, q and k normed."""
+        n_tokens = qkv.shape[0]
+        v = qkv[:, self.q_size + self.kv_size :].view(n_tokens, self.num_kv_heads, self.head_dim)
         q, k = qkv[:, : self.q_size + self.kv_size].split([self.q_size, self.kv_size], -1)
-        q = q.reshape(n_tokens, n_heads, head_dim)
-        k = k.reshape(n_tokens, n_kv, head_dim)
+        q = q.reshape(n_tokens, self.num_heads, self.head_dim)
+        k = k.reshape(n_tokens, self.num_kv_heads, self.head_dim)
         if self.qk_norm is not None:
             q, k = self._norm_qk(q, k)
-        if self.fast_cpu:
-            # q/k dims were permuted at load time so that each rotary pair is adjacent:
-            # RoPE on q and k together is then a single complex multiply.
-            if self.qk_norm is None:
-                qk = qkv[:, : self.q_size + self.kv_size].view(n_tokens, n_heads + n_kv, -1, 2)
-            else:
-                qk = torch.cat([q, k], dim=1).view(n_tokens, n_heads + n_kv, -1, 2)
-            qk = torch.view_as_real(torch.view_as_complex(qk) * rope[self.rope_kind])
-            qk = qk.view(n_tokens, n_heads + n_kv, head_dim)
-            q, k = qk[:, :n_heads], qk[:, n_heads:]
-            k_cache.view(-1, n_kv, head_dim).index_copy_(0, meta.slot_mapping, k)
-            v_cache.view(-1, n_kv, head_dim).index_copy_(0, meta.slot_mapping, v)
-        else:
-            q, k = kernels.rotary_embedding(positions, q, k, rope[self.rope_kind])
-            kernels.store_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
+        return q, k, v
 
-        return self.o_proj(self._attend(q, k, v, k_cache, v_cache, meta))
+    def _forward_kernels(
+        self,
+        qkv: torch.Tensor,
+        positions: torch.Tensor,
+        rope: dict[str, torch.Tensor],
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """The kernels' path: RoPE from the cos|sin table, KV store and paged attention."""
+        q, k, v = self._split_qkv(qkv)
+        q, k = kernels.rotary_embedding(positions, q, k, rope[self.rope_kind])
+        kernels.store_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
+        return self._attend(q, k, v, k_cache, v_cache, meta, self._decode_kernels)
+
+    def _forward_torch(
+        self,
+        qkv: torch.Tensor,
+        rope: dict[str, torch.Tensor],
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        decode: Callable[..., torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """The CPU path in PyTorch ops (``decode``: its decode attention, by default
+        :func:`cpu_decode_attention`)."""
+        n_tokens, n_heads, n_kv = qkv.shape[0], self.num_heads, self.num_kv_heads
+        q, k, v = self._split_qkv(qkv)
+        # q/k dims were permuted at load time so that each rotary pair is adjacent:
+        # RoPE on q and k together is then a single complex multiply.
+        if self.qk_norm is None:
+            qk = qkv[:, : self.q_size + self.kv_size].view(n_tokens, n_heads + n_kv, -1, 2)
+        else:
+            qk = torch.cat([q, k], dim=1).view(n_tokens, n_heads + n_kv, -1, 2)
+        qk = torch.view_as_real(torch.view_as_complex(qk) * rope[self.rope_kind])
+        qk = qk.view(n_tokens, n_heads + n_kv, self.head_dim)
+        q, k = qk[:, :n_heads], qk[:, n_heads:]
+        k_cache.view(-1, n_kv, self.head_dim).index_copy_(0, meta.slot_mapping, k)
+        v_cache.view(-1, n_kv, self.head_dim).index_copy_(0, meta.slot_mapping, v)
+        return self._attend(q, k, v, k_cache, v_cache, meta, decode or self._decode_torch)
+
+    def _forward_cpp(
+        self,
+        qkv: torch.Tensor,
+        rope: dict[str, torch.Tensor],
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        """The CPU path with C++ ops: one op for RoPE and the KV store where it applies
+        (no q/k norms, an fp32 cache), C++ decode attention, PyTorch prefill."""
+        if self.qk_norm is not None or k_cache.dtype != torch.float32:
+            return self._forward_torch(qkv, rope, k_cache, v_cache, meta, self._decode_cpp)
+        n_tokens, n_heads, n_kv, head_dim = (
+            qkv.shape[0],
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+        )
+        # One C++ op rotates q and k in place and writes K and V into the cache.
+        cpu_kernels.rope_store_kv(
+            qkv, rope[self.rope_kind], k_cache, v_cache, meta.slot_mapping, n_heads, n_kv
+        )
+        q = qkv[:, : self.q_size].view(n_tokens, n_heads, head_dim)
+        if meta.num_decode == n_tokens:  # decodes only: k and v are in the cache now
+            return self._decode_cpp(q, k_cache, v_cache, meta)
+        k = qkv[:, self.q_size : self.q_size + self.kv_size].view(n_tokens, n_kv, head_dim)
+        v = qkv[:, self.q_size + self.kv_size :].view(n_tokens, n_kv, head_dim)
+        return self._attend(q, k, v, k_cache, v_cache, meta, self._decode_cpp)
 
     def _attend(
         self,
@@ -151,17 +202,20 @@ class Attention(nn.Module):
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
+        decode: Callable[..., torch.Tensor],
     ) -> torch.Tensor:
-        """Attention of this step's queries: decodes over the cache, prefills as they can."""
+        """Attention of this step's queries: decodes over the cache with ``decode``,
+        prefills as they can."""
+        prefill = self._prefill_kernels if self.path.kernels else self._prefill_cpu
         nd = meta.num_decode
         if nd == q.shape[0]:
-            return self._decode(q, k_cache, v_cache, meta)
+            return decode(q, k_cache, v_cache, meta)
         if nd == 0:
-            return self._prefill(q, k, v, k_cache, v_cache, meta)
+            return prefill(q, k, v, k_cache, v_cache, meta)
         return torch.cat(
             [
-                self._decode(q[:nd], k_cache, v_cache, meta),
-                self._prefill(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta),
+                decode(q[:nd], k_cache, v_cache, meta),
+                prefill(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta),
             ]
         )
 
@@ -176,22 +230,28 @@ class Attention(nn.Module):
         k = _rms(k.reshape(k.shape[0], -1), self.k_norm, self.eps, self.path)
         return q.view(q.shape[0], self.num_heads, -1), k.view(k.shape[0], self.num_kv_heads, -1)
 
-    def _decode(
+    def _decode_cpp(
         self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
-        if self.path == "cpp":
-            out = cpu_kernels.paged_decode(
-                q,
-                k_cache,
-                v_cache,
-                meta.decode_block_tables,
-                meta.decode_context_lens,
-                self.scale,
-                self.window,
-            )
-            return out.view(q.shape[0], self.q_size)
-        if self.fast_cpu:
-            return cpu_decode_attention(q, k_cache, v_cache, meta, self.scale, self.window)
+        out = cpu_kernels.paged_decode(
+            q,
+            k_cache,
+            v_cache,
+            meta.decode_block_tables,
+            meta.decode_context_lens,
+            self.scale,
+            self.window,
+        )
+        return out.view(q.shape[0], self.q_size)
+
+    def _decode_torch(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        return cpu_decode_attention(q, k_cache, v_cache, meta, self.scale, self.window)
+
+    def _decode_kernels(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
         out = kernels.paged_attention_decode(
             q,
             k_cache,
@@ -203,7 +263,7 @@ class Attention(nn.Module):
         )
         return out.reshape(q.shape[0], self.q_size)
 
-    def _prefill(
+    def _prefill_cpu(
         self,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -212,13 +272,22 @@ class Attention(nn.Module):
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        if self.fast_cpu and not meta.prefill_has_context:
+        if not meta.prefill_has_context:
             # Whole fresh prompts: attend over this step's K/V, no cache read-back.
             return causal_prefill_attention(
                 q, k, v, meta.prefill_query_lens, self.scale, self.window
             )
-        if self.fast_cpu:
-            return cpu_paged_prefill_attention(q, k_cache, v_cache, meta, self.scale, self.window)
+        return cpu_paged_prefill_attention(q, k_cache, v_cache, meta, self.scale, self.window)
+
+    def _prefill_kernels(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
         out = kernels.paged_attention_prefill(
             q.contiguous(),
             k_cache,
@@ -241,12 +310,12 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, cfg.mlp_bias)
         self.silu = cfg.activation == "silu"
         self.act = kernels.silu_and_mul if self.silu else kernels.gelu_tanh_and_mul
-        self.path = "kernels"  # see _norm; DecoderModel.use_cpu_kernel
+        self.path = ComputePath.REFERENCE  # only CPP differs; see DecoderModel.set_path
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[T, hidden] -> [T, hidden]."""
         h = self.gate_up_proj(x)
-        if self.path == "cpp" and self.silu and h.dtype == torch.float32:
+        if self.path is ComputePath.CPP and self.silu and h.dtype == torch.float32:
             return self.down_proj(cpu_kernels.silu_and_mul(h))
         return self.down_proj(self.act(h))
 
@@ -258,18 +327,19 @@ class DecoderLayer(nn.Module):
     final norm) adds it, fused into its first norm where it has one.
     """
 
-    def __init__(self, cfg: ModelConfig, layer: int, fast_cpu: bool) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int, path: ComputePath) -> None:
         super().__init__()
         self.eps = cfg.rms_norm_eps
-        self.path = "torch" if fast_cpu else "kernels"  # see _norm
+        self.path = path.layer_path  # see DecoderModel.set_path
         self.residual_multiplier = cfg.residual_multiplier
         fam = cfg.family
         self.norms = (fam.attn_in_norm, fam.attn_out_norm, fam.mlp_in_norm, fam.mlp_out_norm)
         for name in self.norms:
             if name is not None:
                 self.register_parameter(name, nn.Parameter(torch.ones(cfg.hidden_size)))
-        self.self_attn = Attention(cfg, layer, fast_cpu)
+        self.self_attn = Attention(cfg, layer, path)
         self.mlp = MLP(cfg)
+        self.mlp.path = self.path
 
     def forward(
         self,
@@ -310,21 +380,24 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     """Embedding, decoder layers, final norm and LM head.
 
-    ``fast_cpu`` selects the CPU path (see :class:`Attention`); it stores q/k head
-    dimensions in interleaved rotary order, so it is fixed when the model is built.
+    ``path`` is the :class:`ComputePath` it runs; the CPU fast path stores q/k head
+    dimensions in interleaved rotary order, so the family of paths is fixed when the
+    model is built.
     """
 
-    def __init__(self, cfg: ModelConfig, max_positions: int, fast_cpu: bool = False) -> None:
+    def __init__(
+        self, cfg: ModelConfig, max_positions: int, path: ComputePath = ComputePath.REFERENCE
+    ) -> None:
         super().__init__()
         self.cfg = cfg
-        self.fast_cpu = fast_cpu
-        self.path = "torch" if fast_cpu else "kernels"  # see _norm
+        self.path = path
+        self.fast_cpu = not path.kernels
         # Given its (uninitialised) weight, the embedding skips its random init: on the
         # meta device normal_ runs through torch._refs, which imports torch._dynamo and
         # with it Triton, whose nanobind objects then print "leaked" lines at every exit.
         table = torch.empty(cfg.vocab_size, cfg.hidden_size)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=table)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i, fast_cpu) for i in range(cfg.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, path) for i in range(cfg.num_layers))
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         if cfg.tie_word_embeddings:
             self.lm_head = None
@@ -333,21 +406,20 @@ class DecoderModel(nn.Module):
         self.max_positions = max_positions
         self.embed_scale = cfg.embed_scale
         self.rope: dict[str, torch.Tensor] = {}
-        self._fused: list[tuple] | bool | None = None  # see _fused_layers
+        self._fused: list[tuple] | None = None  # see plan_fused_decode
 
-    @property
-    def cpu_kernel(self) -> bool:
-        """Whether the CPU path runs the C++ ops of :mod:`~mellea.engine.cpu_kernels`."""
-        return self.path == "cpp"
-
-    def use_cpu_kernel(self, on: bool) -> None:
-        """Run RMSNorm (with its residual add) and decode attention as C++ ops (CPU path only)."""
-        if not self.fast_cpu:
-            return
-        self.path = "cpp" if on else "torch"
-        self._fused = None
+    def set_path(self, path: ComputePath) -> None:
+        """Run ``path`` from now on: within the family the model was built for (the CPU
+        fast path or the kernels'), :attr:`~ComputePath.CPP_FUSED` only once
+        :meth:`plan_fused_decode` found it possible. For tests and benchmarks that
+        compare paths on one model; :func:`build_model` sets it once otherwise."""
+        if path.kernels == self.fast_cpu:
+            raise ValueError(f"a model built for {self.path.value} cannot run {path.value}")
+        if path is ComputePath.CPP_FUSED and self._fused is None:
+            raise ValueError("this model's layers cannot run fused")
+        self.path = path
         for layer in self.layers:
-            layer.path = layer.self_attn.path = layer.mlp.path = self.path
+            layer.path = layer.self_attn.path = layer.mlp.path = path.layer_path
 
     def init_rope(self, device: torch.device) -> None:
         """Build the rotary tables (kept out of the state dict)."""
@@ -370,35 +442,60 @@ class DecoderModel(nn.Module):
         rope = self.rope
         if self.fast_cpu:
             rope = {kind: table[positions].unsqueeze(1) for kind, table in rope.items()}
-        residual = None
-        fused = self._fused_layers() if meta.num_decode == x.shape[0] else None
-        if fused and kv_caches[0][0].dtype == torch.float32:
-            residual, x = x, torch.zeros_like(x)  # the first norm adds x to the residual
-            for args, kind, (k_cache, v_cache) in zip(fused, self._kinds, kv_caches, strict=True):
-                x = cpu_kernels.decode_layer(x, residual, k_cache, v_cache, rope[kind], meta, *args)
+        if (
+            self.path is ComputePath.CPP_FUSED
+            and meta.num_decode == x.shape[0]
+            and kv_caches[0][0].dtype == torch.float32
+        ):
+            x, residual = self._forward_fused(x, rope, kv_caches, meta)
         else:
-            for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
-                x, residual = layer(x, residual, positions, rope, k_cache, v_cache, meta)
+            x, residual = self._forward_layers(x, positions, rope, kv_caches, meta)
         x, _ = _norm(x, self.norm, self.cfg.rms_norm_eps, residual, self.path)
         return x
 
-    def _fused_layers(self) -> list[tuple] | None:
-        """Per layer, what :func:`cpu_kernels.decode_layer` takes besides the step's
-        tensors, when every layer has the shape it runs (a Llama-like layer: norms before
-        attention and MLP only, no q/k norms, biases or multipliers, SiLU, int4 weights
-        on VNNI, on the C++ path); otherwise None. Worked out once."""
+    def _forward_layers(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        rope: dict[str, torch.Tensor],
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Each layer's own forward, on its path; (last output, residual)."""
+        residual = None
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
+            x, residual = layer(x, residual, positions, rope, k_cache, v_cache, meta)
+        return x, residual
+
+    def _forward_fused(
+        self,
+        x: torch.Tensor,
+        rope: dict[str, torch.Tensor],
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        meta: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decode-only step, each layer one C++ op; (last output, residual)."""
+        residual, x = x, torch.zeros_like(x)  # the first norm adds x to the residual
+        for args, kind, (k_cache, v_cache) in zip(self._fused, self._kinds, kv_caches, strict=True):
+            x = cpu_kernels.decode_layer(x, residual, k_cache, v_cache, rope[kind], meta, *args)
+        return x, residual
+
+    def plan_fused_decode(self) -> ComputePath:
+        """Switch a :attr:`~ComputePath.CPP` model to :attr:`~ComputePath.CPP_FUSED` when
+        every layer has the shape :func:`cpu_kernels.decode_layer` runs (a Llama-like
+        layer: norms before attention and MLP only, no q/k norms, biases or multipliers,
+        SiLU, int4 weights on VNNI); returns the path. Call it once the weights have
+        their final format."""
         from mellea.engine.quant import Int4Linear
 
-        if self._fused is None:
-            self._fused = False
+        if self.path is ComputePath.CPP and self._fused is None:
             plans = []
             for layer in self.layers:
                 attn, mlp = layer.self_attn, layer.mlp
                 linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
                 attn_in, attn_out, mlp_in, mlp_out = layer.norms
                 if not (
-                    self.path == "cpp"
-                    and attn_in is not None
+                    attn_in is not None
                     and mlp_in is not None
                     and attn_out is None
                     and mlp_out is None
@@ -408,7 +505,7 @@ class DecoderModel(nn.Module):
                     and all(isinstance(m, Int4Linear) and m.tiled for m in linears)
                     and all(m.bias is None for m in linears)
                 ):
-                    return None
+                    return self.path
                 weights = [t for m in linears for t in (m.qweight, m.scales, m.mins)]
                 plans.append(
                     (
@@ -425,7 +522,8 @@ class DecoderModel(nn.Module):
                 )
             self._kinds = [layer.self_attn.rope_kind for layer in self.layers]
             self._fused = plans
-        return self._fused or None
+            self.path = ComputePath.CPP_FUSED
+        return self.path
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> fp32 logits [N, vocab] (scaled and soft-capped as configured)."""
@@ -491,21 +589,20 @@ def build_model(
     max_positions: int,
     dtype: torch.dtype,
     device: torch.device,
-    fast_cpu: bool | None = None,
+    path: ComputePath | None = None,
     weights: str = "float32",
 ) -> DecoderModel:
     """Create the model without random init, load its weights (linear layers in the
     format ``weights``, see :func:`load_weights`) and set it to eval.
 
-    ``fast_cpu`` defaults to whether this is fp32 on the CPU.
+    ``path`` defaults to :func:`choose_compute_path` under the environment's switches.
     """
-    if fast_cpu is None:
-        fast_cpu = device.type == "cpu" and dtype == torch.float32
+    if path is None:
+        path = choose_compute_path(device, dtype, read_switches())
     with torch.device("meta"):
-        model = DecoderModel(cfg, max_positions, fast_cpu).to(dtype)
-    rows = qkv_row_order(cfg) if fast_cpu else None
+        model = DecoderModel(cfg, max_positions, path).to(dtype)
+    rows = None if path.kernels else qkv_row_order(cfg)
     load_weights(model, cfg, model_dir, device, weights, rows)
     model.prepare_loaded()
     model.init_rope(device)
-    model.use_cpu_kernel(fast_cpu and cpu_kernels.available())
     return model.eval().requires_grad_(False)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import ctypes
 import math
 import mmap
-import os
 import warnings
 from dataclasses import dataclass
 
 import torch
 
+from mellea.engine.compute_path import ComputePath
 from mellea.engine.config import EngineConfig, ModelConfig
 from mellea.engine.cuda_graphs import DecodeGraphs, graphs_enabled
 from mellea.engine.model import AttentionMetadata, build_model
@@ -90,19 +90,18 @@ class ModelRunner:
         from mellea.engine.cpu_threads import ThreadTuner
 
         self.threads = ThreadTuner() if cfg.device.type == "cpu" else None
-        # MELLEA_ENGINE_REFERENCE=1 runs the kernels' path on CPU too (what a GPU runs).
-        fast_cpu = False if os.environ.get("MELLEA_ENGINE_REFERENCE") == "1" else None
         self.model = build_model(
             model_cfg,
             cfg.model_path,
             cfg.max_model_len,
             cfg.dtype,
             cfg.device,
-            fast_cpu,
+            cfg.compute_path,
             cfg.weights,
         )
         if cfg.device.type == "cpu":  # bf16 or int8 weights under the fp32 forward pass
             convert_weights(self.model, cfg.weights)
+        self.model.plan_fused_decode()
         shape = (
             model_cfg.num_layers,
             num_blocks,
@@ -149,7 +148,7 @@ class ModelRunner:
             meta.decode_max_len = max(lens)
             tables = _table([s.block_table for s in batch.decodes], dev)
             meta.decode_block_tables = tables
-            torch_path = not self.model.cpu_kernel and dev.type != "cuda"
+            torch_path = self.model.path is ComputePath.TORCH
             if torch_path:  # what the PyTorch decode path needs
                 meta.decode_block_index = tables.view(-1).long()
             if min(lens) != meta.decode_max_len and torch_path:

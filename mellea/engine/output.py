@@ -19,7 +19,7 @@ from mellea.engine.stops import StopChecker
 from mellea.engine.types import FinishReason, RequestOutput, TokenLogprobs
 
 
-class OutputBuilder:
+class DeltaBuilder:
     """Turns one sequence's sampled tokens into :class:`RequestOutput` deltas.
 
     Not thread-safe: one thread (the engine's) feeds it, in token order.

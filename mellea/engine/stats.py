@@ -1,4 +1,5 @@
-"""The engine's counters: KV cache use, queues, prefix cache hits, step timings."""
+"""The engine's counters: KV cache use, queues, prefix cache hits, step timings (and
+the compute path the model runs)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def engine_stats(core: EngineCore, times: StepTimes) -> dict:
     """A snapshot of ``core``'s counters and the loop's ``times`` (take it under the lock)."""
     blocks, scheduler = core.blocks, core.scheduler
     return {
+        "compute_path": core.config.compute_path.value,
         "kv_blocks_total": blocks.num_blocks,
         "kv_blocks_used": blocks.num_used,
         "kv_blocks_free": blocks.num_free,

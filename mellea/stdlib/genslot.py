@@ -1,4 +1,3 @@
-"""Older upstream path of ``@generative`` (now :mod:`mellea.stdlib.components.genstub`)."""
+"""Upstream's older path of :mod:`mellea.stdlib.components.genstub` (``@generative``)."""
 
-from mellea.stdlib.components.genslot import *  # noqa: F403
-from mellea.stdlib.components.genslot import __all__  # noqa: F401
+from mellea.stdlib.components.genstub import *  # noqa: F403

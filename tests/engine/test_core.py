@@ -7,7 +7,7 @@ import math
 import pytest
 
 from mellea.engine.core import EngineCore, StepOutput
-from mellea.engine.output import OutputBuilder
+from mellea.engine.output import DeltaBuilder
 from mellea.engine.sequence import Sequence
 from mellea.engine.types import SamplingParams
 from tests.engine.conftest import generate, hf_greedy
@@ -185,7 +185,7 @@ async def test_outputs_equal_the_threaded_engines(core, tokenizer, make_engine):
     for i, (prompt, p) in enumerate(zip(PROMPTS, params, strict=True)):
         seq = core.new_sequence(f"r{i}", prompt, p)
         core.add(seq)
-        builders[seq.request_id] = OutputBuilder(seq, tokenizer)
+        builders[seq.request_id] = DeltaBuilder(seq, tokenizer)
     texts = {rid: "" for rid in builders}
     tokens = {rid: [] for rid in builders}
     last = {}
@@ -246,14 +246,14 @@ async def test_a_broken_last_delta_fails_its_request_and_frees_its_id(make_engin
     from tests.engine.conftest import collect
 
     engine = make_engine()
-    add = OutputBuilder.add
+    add = DeltaBuilder.add
 
     def broken(self, token, logprobs, reason):
         if reason is not None:  # the token the core ended the sequence with
             raise ValueError("bad text")
         return add(self, token, logprobs, reason)
 
-    monkeypatch.setattr(OutputBuilder, "add", broken)
+    monkeypatch.setattr(DeltaBuilder, "add", broken)
     stream = engine.add_request(PROMPTS[0], SamplingParams(max_tokens=3), request_id="x")
     with pytest.raises(RuntimeError, match="bad text"):
         await asyncio.wait_for(collect(stream), 30)

@@ -284,10 +284,7 @@ def test_engine_converts_its_weights_and_stays_close_to_fp32(make_engine, fmt: s
 
 def test_runtime_keys_engines_by_resolved_format(tmp_path: Path):
     from mellea.backends.runtime import Runtime
-
-    class Fake:
-        def __init__(self, path: str, **kwargs) -> None:
-            self.kwargs = kwargs
+    from tests.stub_engine import FakeEngine as Fake
 
     (tmp_path / "config.json").write_text("{}")
     runtime = Runtime(engine_factory=Fake, dtype="int8")  # what m serve --dtype int8 sets
@@ -410,6 +407,7 @@ def test_fused_decode_layers_match_the_layer_path_bit_for_bit(make_engine, conte
     """A decode-only int4 step with the kernels (any family) runs each Llama-shaped layer
     as one C++ op (cpu_kernels.decode_layer); it must compute exactly what the layers'
     own path does."""
+    from mellea.engine.compute_path import ComputePath
     from mellea.engine.scheduler import ScheduledBatch
     from mellea.engine.sequence import Sequence
     from mellea.engine.types import SamplingParams
@@ -418,7 +416,7 @@ def test_fused_decode_layers_match_the_layer_path_bit_for_bit(make_engine, conte
         pytest.skip("the fused layer is a C++ op")
     runner = make_engine(dtype="int4").runner
     model = runner.model
-    assert model._fused_layers() is not None  # the tiny Llama qualifies
+    assert model.path is ComputePath.CPP_FUSED  # the tiny Llama qualifies
     torch.manual_seed(0)
     with torch.no_grad():
         runner.k_cache.normal_()
@@ -435,7 +433,7 @@ def test_fused_decode_layers_match_the_layer_path_bit_for_bit(make_engine, conte
     args = (inputs.input_ids, inputs.positions, runner.kv_caches, inputs.meta)
     with torch.inference_mode():
         fused = model(*args)
-        model._fused = False  # the layers' own path
+        model.set_path(ComputePath.CPP)  # the layers' own path
         layered = model(*args)
     assert torch.equal(fused, layered)
     assert layered.abs().max() > 0

@@ -15,6 +15,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 from gguf.quants import quantize
 
+from mellea.engine.compute_path import ComputePath
 from mellea.engine.config import ModelConfig
 from mellea.engine.gguf_file import SOURCE, transformers_weights
 from mellea.engine.loader import bundled_gguf_path, resolve_model
@@ -182,7 +183,7 @@ def test_layers_equal_transformers_weights(tiny_gguf, arch):
     """The reference path keeps transformers' row order: llama's q/k un-permuted."""
     meta = resolve_model(str(tiny_gguf(arch, Q.Q8_0)))
     cfg = ModelConfig.from_dir(meta)
-    ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), fast_cpu=False)
+    ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), ComputePath.REFERENCE)
     hf = hf_model(meta)
     for i in range(LAYERS):
         assert torch.equal(ours.layers[i].self_attn.qkv_proj.weight, hf_qkv(hf, i))

@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator
 
 from mellea.backends.base import Backend
 from mellea.core import GenerationChunk, ModelOutputThunk, Requirement, SamplingResult
+from mellea.core._sync import run_sync
 from mellea.serve import ChatMessage
-from mellea.stdlib._sync import run_sync
 from mellea.stdlib.requirements import simple_validate
 from mellea.stdlib.sampling import RejectionSamplingStrategy
 from mellea.stdlib.session import MelleaSession

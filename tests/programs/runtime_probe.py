@@ -9,8 +9,8 @@ import json
 
 import mellea
 from mellea.backends.runtime import current_runtime
+from mellea.core._sync import run_sync
 from mellea.serve import ChatMessage
-from mellea.stdlib._sync import run_sync
 
 session = mellea.start_session()  # at import: the loading app's runtime
 

@@ -59,6 +59,9 @@ class ScriptedEngine:
         self.templates.append(messages)
         return [1, 2, 3]  # like a template with no place for tools
 
+    def compile_grammar(self, grammar: str) -> None:
+        return None  # the script ignores grammars
+
     async def add_request(self, prompt, params, request_id=None):
         for ch in self.reply:
             yield Output(ch)

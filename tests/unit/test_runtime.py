@@ -16,38 +16,9 @@ from cli.serve.app import create_app
 from cli.serve.program import Program
 from cli.serve.settings import ServeSettings
 from mellea.backends.runtime import ModelUnavailableError, Runtime, current_runtime
+from tests.stub_engine import FakeEngine
 
 PROBE = Path(__file__).resolve().parents[1] / "programs" / "runtime_probe.py"
-
-
-class FakeTokenizer:
-    """Enough of a tokenizer for warm-up and token counts."""
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return [1] * max(1, len(text.split()))
-
-
-class FakeEngine:
-    """Stands in for the engine: records how it was built, answers "ok"."""
-
-    built = 0
-
-    def __init__(self, path: str, **kwargs: Any) -> None:
-        FakeEngine.built += 1
-        self.path, self.kwargs = path, kwargs
-        self.model_id = path
-        self.tokenizer = FakeTokenizer()
-
-    def apply_chat_template(self, messages, *, tools=None, **template_args):
-        return [1, 2, 3]
-
-    async def add_request(self, prompt, params, request_id=None):
-        from mellea.engine.types import RequestOutput
-
-        yield RequestOutput("r", "ok", [5], 3, 1, finished=True, finish_reason="stop")
-
-    def stats(self) -> dict[str, int]:
-        return {"running": 0}
 
 
 @pytest.fixture

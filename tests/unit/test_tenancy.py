@@ -8,7 +8,7 @@ import anyio
 
 from cli.serve.tenancy import CacheSalt, set_tenant
 from mellea.backends.cache_salt import cache_salt, current_cache_salt
-from mellea.stdlib._sync import run_sync
+from mellea.core._sync import run_sync
 
 
 async def salt_seen(tenant: str | None, body: dict) -> tuple[str | None, list[dict]]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 
+from mellea.core._sync import run_sync
 from mellea.core.trace import ProgramTrace, current_trace, recording
 from mellea.serve import ChatMessage
-from mellea.stdlib._sync import run_sync
 from tests.programs import events_sampler
 from tests.programs.events_sampler import GREETING, REPLY
 

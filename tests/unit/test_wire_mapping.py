@@ -104,11 +104,26 @@ def test_sampling_params_from_options():
 
 
 def test_memory_sizes():
-    from mellea.backends.runtime import parse_memory
+    from mellea.backends.runtime import parse_size
 
-    assert parse_memory("2GiB") == 2 * 2**30
-    assert parse_memory("512MiB") == 512 * 2**20
-    assert parse_memory("1000") == 1000
-    assert parse_memory("0.25") == 0.25
+    assert parse_size("2GiB", fraction=True) == 2 * 2**30
+    assert parse_size("512MiB", fraction=True) == 512 * 2**20
+    assert parse_size("1000", fraction=True) == 1000
+    assert parse_size("0.25", fraction=True) == 0.25
     with pytest.raises(ValueError):
-        parse_memory("lots")
+        parse_size("lots", fraction=True)
+
+
+def test_one_size_parser_reads_byte_limits_and_memory_budgets():
+    """--responses-max-bytes and --kv-cache-memory read sizes through one parser: the
+    same units, a plain number of bytes, and a fraction only where memory is meant."""
+    from mellea.backends.runtime import parse_size
+
+    assert parse_size("256MiB") == 256 * 2**20
+    assert parse_size("1G") == parse_size("1GB") == 10**9
+    assert parse_size("1.5KiB") == 1536
+    assert parse_size("4096") == 4096
+    assert parse_size("0.25") == 0  # bytes, not a fraction
+    for bad in ("lots", "-1MiB", "inf"):
+        with pytest.raises(ValueError):
+            parse_size(bad)

@@ -2,16 +2,17 @@
 
 Triton runs on CUDA tensors. ``MELLEA_FORCE_TRITON=1`` forces the Triton path on
 any device, which together with ``TRITON_INTERPRET=1`` lets CPU tests run the
-kernels in Triton's interpreter.
+kernels in Triton's interpreter (the switches: :mod:`mellea.engine.switches`).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 
 import torch
+
+from mellea.engine.switches import EngineSwitches, read_switches
 
 
 @functools.cache
@@ -20,8 +21,17 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def triton_on(device: torch.device, switches: EngineSwitches | None = None) -> bool:
+    """Whether ops on tensors of ``device`` take their Triton path (under ``switches``,
+    by default as the environment sets them now)."""
+    if not triton_available():
+        return False
+    switches = switches or read_switches()
+    if switches.disable_triton:
+        return False
+    return device.type == "cuda" or switches.force_triton
+
+
 def use_triton(tensor: torch.Tensor) -> bool:
     """Whether an op on ``tensor`` should take its Triton path."""
-    if os.environ.get("MELLEA_DISABLE_TRITON") == "1" or not triton_available():
-        return False
-    return tensor.is_cuda or os.environ.get("MELLEA_FORCE_TRITON") == "1"
+    return triton_on(tensor.device)

@@ -1,24 +1,3 @@
-"""Upstream's former name for :mod:`mellea.stdlib.components.genstub`."""
+"""Upstream's former path of :mod:`mellea.stdlib.components.genstub` (``GenerativeSlot``...)."""
 
-from mellea.stdlib.components.genstub import (
-    AsyncGenerativeStub,
-    GenerativeStub,
-    PreconditionException,
-    SyncGenerativeStub,
-    generative,
-)
-
-AsyncGenerativeSlot = AsyncGenerativeStub
-GenerativeSlot = GenerativeStub
-SyncGenerativeSlot = SyncGenerativeStub
-
-__all__ = [
-    "AsyncGenerativeSlot",
-    "AsyncGenerativeStub",
-    "GenerativeSlot",
-    "GenerativeStub",
-    "PreconditionException",
-    "SyncGenerativeSlot",
-    "SyncGenerativeStub",
-    "generative",
-]
+from mellea.stdlib.components.genstub import *  # noqa: F403

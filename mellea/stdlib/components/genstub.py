@@ -235,10 +235,18 @@ def _extract(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Extracted:
     return extracted
 
 
+# Upstream's former names (its ``genslot`` modules re-export them from here).
+AsyncGenerativeSlot = AsyncGenerativeStub
+GenerativeSlot = GenerativeStub
+SyncGenerativeSlot = SyncGenerativeStub
+
 __all__ = [
+    "AsyncGenerativeSlot",
     "AsyncGenerativeStub",
+    "GenerativeSlot",
     "GenerativeStub",
     "PreconditionException",
+    "SyncGenerativeSlot",
     "SyncGenerativeStub",
     "create_response_format",
     "generative",
