@@ -7,9 +7,9 @@ from collections import deque
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from cli.serve.error_response import send_error
 from cli.serve.limits import body_facts, rewound
 from cli.serve.observability import ServerMetrics
-from cli.serve.responses import send_error
 
 RETRY_AFTER_SECONDS = 1
 # The routes that generate. The others (models, health, stored responses, cancelling

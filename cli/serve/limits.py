@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cli.serve.responses import send_error
+from cli.serve.error_response import send_error
 from mellea.serve.bounds import too_many_values
 
 log = logging.getLogger("mellea.serve")

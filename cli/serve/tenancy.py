@@ -11,8 +11,8 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cli.serve.admission import GENERATING
+from cli.serve.error_response import send_error
 from cli.serve.limits import body_facts
-from cli.serve.responses import send_error
 from mellea.backends.cache_salt import cache_salt
 
 _TENANT = "tenant"

@@ -390,9 +390,9 @@ WRONG_VALUES: list[Any] = [None, True, -1, 2**70, 1.5, -1e308, "", "x", [], [1],
 
 
 def _fields(route: str) -> list[str]:
+    from mellea.serve.completions.request import CompletionRequest
     from mellea.serve.protocol import ChatCompletionRequest
     from mellea.serve.responses import ResponsesRequest
-    from mellea.serve.text_completion import CompletionRequest
 
     model = {CHAT: ChatCompletionRequest, COMPLETIONS: CompletionRequest}.get(
         route, ResponsesRequest

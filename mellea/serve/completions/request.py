@@ -1,21 +1,15 @@
-"""The legacy ``/v1/completions`` contract: prompt in, text out."""
+"""A ``/v1/completions`` request: its body, what it may not ask, its model options."""
 
 from __future__ import annotations
 
-import time
-import uuid
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mellea.core.thunk import ModelOutputThunk
-from mellea.core.trace import ProgramTrace
 from mellea.serve.bounds import MAX_CHOICES, check_body, check_generations
-from mellea.serve.completion import finish_reason_of, total_usage, usage_of
 from mellea.serve.errors import OpenAIError
-from mellea.serve.logprobs import CompletionLogprobs, completion_logprobs
-from mellea.serve.program_report import other_calls, program_report, with_calls
-from mellea.serve.protocol import MAX_INT32, StreamOptions, Usage, WireModel
+from mellea.serve.options import LOGPROBS, TOP_LOGPROBS, sampling_options
+from mellea.serve.protocol import MAX_INT32, StreamOptions
 
 
 class CompletionRequest(BaseModel):
@@ -81,89 +75,8 @@ class CompletionRequest(BaseModel):
         check_generations(count, self.n or 1)
 
 
-class CompletionChoice(WireModel):
-    """One prompt's completion."""
-
-    keep_none = frozenset({"logprobs", "finish_reason"})
-    index: int
-    text: str
-    logprobs: CompletionLogprobs | None = None
-    finish_reason: Literal["stop", "length", "content_filter"] | None = None
-    mellea: dict[str, Any] | None = None  # the program's report (mellea.serve.program_report)
-
-
-def new_text_completion_id() -> str:
-    """A fresh ``cmpl-...`` id."""
-    return f"cmpl-{uuid.uuid4().hex}"
-
-
-class Completion(WireModel):
-    """A non-streamed text completion, or one streamed chunk of it (same shape)."""
-
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int = Field(default_factory=lambda: int(time.time()))
-    model: str
-    choices: list[CompletionChoice]
-    usage: Usage | None = None
-    system_fingerprint: str | None = None
-    mellea: dict[str, Any] | None = None  # a program event in a stream chunk
-
-
-class CompletionWithUsage(Completion):
-    """A stream chunk when the client asked for usage: ``"usage": null`` until the last."""
-
-    keep_none = frozenset({"usage"})
-
-
-async def text_completion(
-    thunks: list[ModelOutputThunk],
-    prompts: list[str],
-    *,
-    completion_id: str,
-    created: int,
-    model: str,
-    echo: bool = False,
-    logprobs: bool = False,
-    n: int = 1,
-    traces: list[ProgramTrace] | None = None,
-) -> Completion:
-    """Await every choice's reply and build the non-streamed completion.
-
-    ``thunks[i]`` completes ``prompts[i]``; each prompt appears ``n`` times in a row.
-    With program ``traces`` (one per choice), each choice carries its program's report
-    and usage counts every model call of its program.
-    """
-    choices, usages, calls = [], [], []
-    for index, (thunk, prompt) in enumerate(zip(thunks, prompts, strict=True)):
-        trace = traces[index] if traces else None
-        text = await thunk.avalue()
-        reason = finish_reason_of(thunk)
-        entries = thunk.logprobs if logprobs else None
-        choices.append(
-            CompletionChoice(
-                index=index,
-                text=(prompt + text) if echo else text,
-                logprobs=completion_logprobs(entries) if entries else None,
-                finish_reason="stop" if reason == "tool_calls" else reason,
-                mellea=program_report(trace, thunk),
-            )
-        )
-        usages.append(usage_of(thunk))
-        calls += other_calls(trace, thunk)
-    return Completion(
-        id=completion_id,
-        created=created,
-        model=model,
-        choices=choices,
-        usage=with_calls(total_usage(usages, n), calls) or Usage(),
-    )
-
-
 def completion_options(request: CompletionRequest) -> dict[str, Any]:
     """Model options for a completion request (only what the client sent)."""
-    from mellea.serve.options import LOGPROBS, TOP_LOGPROBS, sampling_options
-
     request.reject_unsupported()
     options = sampling_options(request)
     if request.logprobs is not None:
