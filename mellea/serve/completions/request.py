@@ -4,24 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 
-from mellea.serve.bounds import MAX_CHOICES, check_body, check_generations
+from mellea.serve.bounds import MAX_CHOICES, check_generations
 from mellea.serve.errors import OpenAIError
 from mellea.serve.options import LOGPROBS, TOP_LOGPROBS, sampling_options
-from mellea.serve.protocol import MAX_INT32, StreamOptions
+from mellea.serve.protocol import MAX_INT32, RequestBody, StreamOptions
 
 
-class CompletionRequest(BaseModel):
-    """A ``POST /v1/completions`` body. Unknown fields are accepted and ignored."""
-
-    model_config = ConfigDict(extra="allow")
-
-    @model_validator(mode="before")
-    @classmethod
-    def bounded_body(cls, data: Any) -> Any:
-        """The whole body within depth, size and Unicode bounds (see ``mellea.serve.bounds``)."""
-        return check_body(data)
+class CompletionRequest(RequestBody):
+    """A ``POST /v1/completions`` body."""
 
     prompt: str | list[str] | list[int] | list[list[int]]
     model: str | None = None
@@ -69,10 +61,17 @@ class CompletionRequest(BaseModel):
             )
         if self.best_of is not None and self.best_of > 1:
             raise OpenAIError(400, "best_of > 1 is not supported", param="best_of")
-        count = 1 if isinstance(self.prompt, str) or not self.prompt else len(self.prompt)
-        if self.prompt and isinstance(self.prompt[0], int):
-            count = 1  # one prompt of token ids (refused by ``prompts``)
-        check_generations(count, self.n or 1)
+        check_generations(self.prompt_count(), self.n or 1)
+
+    def prompt_count(self) -> int:
+        """How many prompts the request holds (a list of token ids is one)."""
+        if isinstance(self.prompt, str) or not self.prompt or isinstance(self.prompt[0], int):
+            return 1
+        return len(self.prompt)
+
+    def generations(self) -> int:
+        """How many replies the request asks for: each prompt ``n`` times."""
+        return self.prompt_count() * (self.n or 1)
 
 
 def completion_options(request: CompletionRequest) -> dict[str, Any]:
