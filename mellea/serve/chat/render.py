@@ -10,18 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from mellea.serve.choice_events import (
-    ChoiceEvent,
-    Failed,
-    Finish,
-    Logprobs,
-    ProgramEvent,
-    ReasoningDelta,
-    Role,
-    TextDelta,
-    ToolCallDelta,
-)
-from mellea.serve.closing import close_stream
+from mellea.serve import choice_events as events_of
 from mellea.serve.logprobs import chat_logprobs
 from mellea.serve.program_report import event_object
 from mellea.serve.protocol import (
@@ -36,122 +25,101 @@ from mellea.serve.protocol import (
     ResponseFunctionCall,
     ResponseToolCall,
 )
+from mellea.serve.rendering import fold_choice
 from mellea.serve.reply_context import ReplyContext
 from mellea.serve.usage import Tally
 
-ProgramEventObject = dict[str, Any]  # a live program event, sent as an extension chunk
+ChatChunk = ChunkChoice | dict[str, Any]  # a choice's chunk, or a live program event
 
 
-async def chat_chunks(
-    events: AsyncIterator[ChoiceEvent],
-    index: int,
-    context: ReplyContext,
-    tally: Tally,
-    functions: bool = False,
-) -> AsyncIterator[ChunkChoice | ProgramEventObject]:
-    """Choice ``index``'s stream chunks: program events, role, deltas, tool calls, finish;
-    its usage goes into ``tally``.
+class ChatChunks:
+    """Renders choice ``index``'s events as stream chunks (:meth:`render`, one event at a
+    time); its usage goes into ``tally``.
 
     Reasoning goes out as ``reasoning_content`` deltas and tool calls as ``tool_calls``
     deltas; with ``functions`` (the deprecated form) the first call goes out as
     ``function_call`` deltas, and no other. Log-probabilities ride on the next chunk
     after their tokens.
     """
-    calls = 0
-    pending: list[Any] = []  # log-probability entries not sent yet
 
-    def chunk(delta: Delta, finish: FinishReason | None = None) -> ChunkChoice:
-        entries = _logprobs(pending) if context.logprobs else None
-        pending.clear()
-        return ChunkChoice(index=index, delta=delta, logprobs=entries, finish_reason=finish)
+    def __init__(
+        self, index: int, context: ReplyContext, tally: Tally, functions: bool = False
+    ) -> None:
+        """A renderer of one choice of the reply ``context`` describes."""
+        self.index = index
+        self.context = context
+        self.tally = tally
+        self.functions = functions
+        self.calls = 0
+        self.pending: list[Any] = []  # log-probability entries not sent yet
 
-    def call_chunks(event: ToolCallDelta) -> Iterator[ChunkChoice]:
-        nonlocal calls
-        calls += 1
-        if functions:
-            if calls == 1:
-                yield chunk(
-                    Delta(function_call=ChunkToolCallFunction(name=event.name, arguments=""))
-                )
-                yield chunk(Delta(function_call=ChunkToolCallFunction(arguments=event.arguments)))
+    def render(self, event: events_of.ChoiceEvent) -> Iterator[ChatChunk]:
+        """The chunks ``event`` becomes."""
+        if isinstance(event, events_of.ProgramEvent):
+            yield event_object(event.event, self.index)
             return
-        opening = ChunkToolCall(
-            index=calls - 1,
-            id=event.call_id,
-            type="function",
-            function=ChunkToolCallFunction(name=event.name, arguments=""),
-        )
-        yield chunk(Delta(tool_calls=[opening]))
-        fragment = ChunkToolCallFunction(arguments=event.arguments)
-        yield chunk(Delta(tool_calls=[ChunkToolCall(index=calls - 1, function=fragment)]))
+        if isinstance(event, events_of.Role):
+            yield ChunkChoice(index=self.index, delta=Delta(role="assistant", content=""))
+            return
+        self.pending += getattr(event, "logprobs", ())
+        if isinstance(event, events_of.ReasoningDelta):
+            yield self._chunk(Delta(reasoning_content=event.text))
+        elif isinstance(event, events_of.TextDelta):
+            yield self._chunk(Delta(content=event.text))
+        elif isinstance(event, events_of.ToolCallDelta):
+            yield from self._call_chunks(event)
+        elif isinstance(event, events_of.Finish):
+            self.tally.add(self.index, event)
+            if self.context.live:
+                yield event_object({"type": "program.done", **(event.report or {})}, self.index)
+            reason = legacy_finish(event.reason) if self.functions else event.reason
+            yield self._chunk(Delta(), finish=reason)
 
-    try:
-        async for event in events:
-            if isinstance(event, ProgramEvent):
-                yield event_object(event.event, index)
-                continue
-            if isinstance(event, Failed):
-                raise event.error
-            if isinstance(event, Role):
-                yield ChunkChoice(index=index, delta=Delta(role="assistant", content=""))
-                continue
-            pending += event.logprobs
-            if isinstance(event, ReasoningDelta):
-                yield chunk(Delta(reasoning_content=event.text))
-            elif isinstance(event, TextDelta):
-                yield chunk(Delta(content=event.text))
-            elif isinstance(event, ToolCallDelta):
-                for item in call_chunks(event):
-                    yield item
-            else:
-                tally.add(index, event)
-                if context.live:
-                    yield event_object({"type": "program.done", **(event.report or {})}, index)
-                reason = legacy_finish(event.reason) if functions else event.reason
-                yield chunk(Delta(), finish=reason)
-    finally:
-        await close_stream(events)
+    def _chunk(self, delta: Delta, finish: FinishReason | None = None) -> ChunkChoice:
+        entries = _logprobs(self.pending) if self.context.logprobs else None
+        self.pending = []
+        return ChunkChoice(index=self.index, delta=delta, logprobs=entries, finish_reason=finish)
+
+    def _call_chunks(self, event: events_of.ToolCallDelta) -> Iterator[ChunkChoice]:
+        self.calls += 1
+        if self.functions:
+            if self.calls == 1:
+                opening = ChunkToolCallFunction(name=event.name, arguments="")
+                yield self._chunk(Delta(function_call=opening))
+                yield self._chunk(
+                    Delta(function_call=ChunkToolCallFunction(arguments=event.arguments))
+                )
+            return
+        index = self.calls - 1
+        opening = ChunkToolCallFunction(name=event.name, arguments="")
+        call = ChunkToolCall(index=index, id=event.call_id, type="function", function=opening)
+        yield self._chunk(Delta(tool_calls=[call]))
+        fragment = ChunkToolCallFunction(arguments=event.arguments)
+        yield self._chunk(Delta(tool_calls=[ChunkToolCall(index=index, function=fragment)]))
 
 
 async def chat_choice(
-    events: AsyncIterator[ChoiceEvent],
+    events: AsyncIterator[events_of.ChoiceEvent],
     index: int,
     context: ReplyContext,
     tally: Tally,
     functions: bool = False,
 ) -> Choice:
-    """Choice ``index`` whole, folded from the events :func:`chat_chunks` streams; its
+    """Choice ``index`` whole, folded from the events :class:`ChatChunks` streams; its
     usage goes into ``tally``. A failed choice raises its error."""
-    reasoning: list[str] = []
-    content: list[str] = []
-    calls: list[ResponseToolCall] = []
-    entries: list[Any] = []
-    finish: Finish | None = None
-    try:
-        async for event in events:
-            if isinstance(event, Failed):
-                raise event.error
-            if isinstance(event, ProgramEvent | Role):
-                continue
-            entries += event.logprobs
-            if isinstance(event, ReasoningDelta):
-                reasoning.append(event.text)
-            elif isinstance(event, TextDelta):
-                content.append(event.text)
-            elif isinstance(event, ToolCallDelta):
-                function = ResponseFunctionCall(name=event.name, arguments=event.arguments)
-                calls.append(ResponseToolCall(id=event.call_id or "", function=function))
-            else:
-                finish = event
-    finally:
-        await close_stream(events)
-    assert finish is not None, "a choice's events end with its finish or its failure"
+    whole, finish = await fold_choice(events)
     tally.add(index, finish)
-    text = "".join(content)
+    calls = [
+        ResponseToolCall(
+            id=call.call_id or "",
+            function=ResponseFunctionCall(name=call.name, arguments=call.arguments),
+        )
+        for call in whole.calls
+    ]
     message = AssistantMessage(
-        content=text if text or not calls else None,
+        content=whole.text if whole.text or not calls else None,
         tool_calls=calls or None,
-        reasoning_content="".join(reasoning) or None,
+        reasoning_content=whole.reasoning or None,
     )
     reason = finish.reason
     if functions and calls:
@@ -160,7 +128,7 @@ async def chat_choice(
     return Choice(
         index=index,
         message=message,
-        logprobs=_logprobs(entries) if context.logprobs else None,
+        logprobs=_logprobs(whole.logprobs) if context.logprobs else None,
         finish_reason=reason,
         mellea=finish.report,
     )
@@ -171,6 +139,6 @@ def legacy_finish(reason: FinishReason) -> FinishReason:
     return "function_call" if reason == "tool_calls" else reason
 
 
-def _logprobs(entries: list[Any] | Logprobs) -> ChoiceLogprobs | None:
-    wire = chat_logprobs(list(entries)) if entries else None
+def _logprobs(entries: list[Any]) -> ChoiceLogprobs | None:
+    wire = chat_logprobs(entries) if entries else None
     return wire if wire is not None and wire.content else None

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from mellea.core.parsers import ReplyParser
-from mellea.serve.chat.render import chat_choice, chat_chunks
-from mellea.serve.frames import Frame, Frames, framed
+from mellea.serve.chat.render import ChatChunk, ChatChunks, chat_choice
+from mellea.serve.choice_events import ChoiceEvent
+from mellea.serve.choices_reply import ChoicesReply
+from mellea.serve.frames import Frame
 from mellea.serve.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionChunkWithUsage,
     ChatCompletionRequest,
-    ChunkChoice,
+    Choice,
     Usage,
     new_completion_id,
 )
+from mellea.serve.rendering import render_events
 from mellea.serve.reply_context import ReplyContext, wants_events, wants_usage
-from mellea.serve.request_runner import Choices, Reply, ThunkSource
 from mellea.serve.usage import Tally
 
 
@@ -43,61 +47,53 @@ class ChatContext(ReplyContext):
         )
 
 
-class ChatReply(Reply[ChatCompletion]):
+class ChatReply(ChoicesReply[ChatCompletion]):
     """A chat completion: each choice's events rendered as chunks, or folded whole."""
 
-    def __init__(self, context: ChatContext, parsers: list[ReplyParser | None]) -> None:
-        """The reply for ``context``, with a fresh parser (or none) for each choice."""
-        self.context = context
-        self.stream = context.stream
-        self.live = context.live
-        self.parsers = parsers
+    context: ChatContext
 
-    async def whole(self, choices: Choices) -> ChatCompletion:
-        """The non-streamed completion, every choice folded from its events."""
+    def __init__(self, context: ChatContext, parsers: list[ReplyParser | None]) -> None:
+        """The reply for ``context``, with a fresh parser (or none) for each choice (one
+        prompt: ``n`` is the number of choices)."""
+        super().__init__(context)
+        self.parsers = parsers
+        self.n = len(parsers)
+
+    async def whole_choice(
+        self, events: AsyncIterator[ChoiceEvent], index: int, tally: Tally
+    ) -> Choice:
+        """Choice ``index`` as a whole message."""
+        return await chat_choice(events, index, self.context, tally, self.context.functions)
+
+    def chunks(
+        self, events: AsyncIterator[ChoiceEvent], index: int, tally: Tally
+    ) -> AsyncIterator[ChatChunk]:
+        """Choice ``index``'s chunks."""
+        renderer = ChatChunks(index, self.context, tally, self.context.functions)
+        return render_events(events, renderer.render)
+
+    def whole_reply(self, choices: list[Any], usage: Usage | None) -> ChatCompletion:
+        """The non-streamed completion."""
         context = self.context
-        tally = Tally(len(choices.tasks), n=len(choices.tasks))  # one prompt, n choices
-        readers = choices.readers(parsers=self.parsers)
-        completion = ChatCompletion(
+        return ChatCompletion(
             id=context.id,
             created=context.created,
             model=context.model,
-            choices=[
-                await chat_choice(reader.events(), index, context, tally, context.functions)
-                for index, reader in enumerate(readers)
-            ],
-            usage=tally.total(),
+            choices=choices,
+            usage=usage,
         )
-        if choices.observer is not None:
-            choices.observer.on_finish(completion.usage)
-        return completion
 
-    def events(self, choices: Choices, sources: list[ThunkSource]) -> Frames:
-        """The completion's chunks as they come, each choice rendered from its events."""
+    def frame(self, item: Any, usage: Usage | None = None) -> Frame:
+        """A ``chat.completion.chunk`` frame: a choice's chunk, a program event, or the usage."""
         context = self.context
-        tally = Tally(len(sources), n=len(sources))
         chunk_type = ChatCompletionChunkWithUsage if context.include_usage else ChatCompletionChunk
-
-        def frame(item: ChunkChoice | dict | None, usage: Usage | None = None) -> Frame:
-            event = item if isinstance(item, dict) else None
-            body = chunk_type(
-                id=context.id,
-                created=context.created,
-                model=context.model,
-                choices=[] if item is None or event is not None else [item],  # type: ignore[list-item]
-                usage=usage,
-                mellea=event,
-            )
-            return {"data": body.model_dump_json()}
-
-        def ending() -> list[Frame]:
-            usage = tally.total()
-            if choices.observer is not None:
-                choices.observer.on_finish(usage)
-            return [frame(None, usage=usage or Usage())] if context.include_usage else []
-
-        streams = [
-            chat_chunks(reader.events(), index, context, tally, context.functions)
-            for index, reader in enumerate(choices.readers(sources, self.parsers))
-        ]
-        return framed(streams, frame, ending, context.id)
+        event = item if isinstance(item, dict) else None
+        body = chunk_type(
+            id=context.id,
+            created=context.created,
+            model=context.model,
+            choices=[] if item is None or event is not None else [item],
+            usage=usage,
+            mellea=event,
+        )
+        return {"data": body.model_dump_json()}

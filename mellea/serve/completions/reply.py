@@ -4,20 +4,24 @@ a row; whole or streamed."""
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
+from mellea.serve.choice_events import ChoiceEvent
+from mellea.serve.choices_reply import ChoicesReply
 from mellea.serve.completions.objects import (
     Completion,
     CompletionChoice,
     CompletionWithUsage,
     new_text_completion_id,
 )
-from mellea.serve.completions.render import text_choice, text_chunks
+from mellea.serve.completions.render import TextChunk, TextChunks, text_choice
 from mellea.serve.completions.request import CompletionRequest
-from mellea.serve.frames import Frame, Frames, framed
+from mellea.serve.frames import Frame
 from mellea.serve.protocol import Usage
+from mellea.serve.rendering import render_events
 from mellea.serve.reply_context import ReplyContext, wants_events, wants_usage
-from mellea.serve.request_runner import Choices, Reply, ThunkSource
 from mellea.serve.usage import Tally
 
 
@@ -47,74 +51,63 @@ class TextContext(ReplyContext):
         )
 
 
-class TextReply(Reply[Completion]):
+class TextReply(ChoicesReply[Completion]):
     """A text completion: each choice's events rendered as chunks, or folded whole."""
+
+    context: TextContext
 
     def __init__(self, context: TextContext) -> None:
         """The reply for ``context``."""
-        self.context = context
-        self.stream = context.stream
-        self.live = context.live
+        super().__init__(context)
+        self.n = context.n
 
-    async def whole(self, choices: Choices) -> Completion:
-        """The non-streamed completion, every choice folded from its events."""
+    async def whole_choice(
+        self, events: AsyncIterator[ChoiceEvent], index: int, tally: Tally
+    ) -> CompletionChoice:
+        """Choice ``index`` whole."""
         context = self.context
-        tally = Tally(len(choices.tasks), context.n)
-        completion = Completion(
+        prompt = context.prompts[index]
+        return await text_choice(
+            events, index, prompt, tally, echo=context.echo, logprobs=context.logprobs
+        )
+
+    def chunks(
+        self, events: AsyncIterator[ChoiceEvent], index: int, tally: Tally
+    ) -> AsyncIterator[TextChunk]:
+        """Choice ``index``'s chunks."""
+        context = self.context
+        renderer = TextChunks(
+            index,
+            context.prompts[index],
+            tally,
+            echo=context.echo,
+            logprobs=context.logprobs,
+            live=context.live,
+        )
+        return render_events(events, renderer.render)
+
+    def whole_reply(self, choices: list[Any], usage: Usage | None) -> Completion:
+        """The non-streamed completion (its usage always present)."""
+        context = self.context
+        return Completion(
             id=context.id,
             created=context.created,
             model=context.model,
-            choices=[
-                await text_choice(
-                    reader.events(),
-                    index,
-                    context.prompts[index],
-                    tally,
-                    echo=context.echo,
-                    logprobs=context.logprobs,
-                )
-                for index, reader in enumerate(choices.readers())
-            ],
-            usage=tally.total() or Usage(),
+            choices=choices,
+            usage=usage or Usage(),
         )
-        if choices.observer is not None:
-            choices.observer.on_finish(completion.usage)
-        return completion
 
-    def events(self, choices: Choices, sources: list[ThunkSource]) -> Frames:
-        """The completion's chunks as they come, each choice rendered from its events."""
+    def frame(self, item: Any, usage: Usage | None = None) -> Frame:
+        """A ``text_completion`` chunk frame: a choice's chunk, a program event, or the usage."""
         context = self.context
-        tally = Tally(len(sources), context.n)
         chunk_type = CompletionWithUsage if context.include_usage else Completion
-
-        def frame(item: CompletionChoice | dict | None, usage: Usage | None = None) -> Frame:
-            body = chunk_type(
-                id=context.id,
-                created=context.created,
-                model=context.model,
-                choices=[item] if isinstance(item, CompletionChoice) else [],
-            )
-            if isinstance(item, dict):
-                body.mellea = item
-            body.usage = usage
-            return {"data": body.model_dump_json()}
-
-        def ending() -> list[Frame]:
-            usage = tally.total()
-            if choices.observer is not None:
-                choices.observer.on_finish(usage)
-            return [frame(None, usage=usage or Usage())] if context.include_usage else []
-
-        streams = [
-            text_chunks(
-                reader.events(),
-                index,
-                context.prompts[index],
-                tally,
-                echo=context.echo,
-                logprobs=context.logprobs,
-                live=context.live,
-            )
-            for index, reader in enumerate(choices.readers(sources))
-        ]
-        return framed(streams, frame, ending, context.id)
+        body = chunk_type(
+            id=context.id,
+            created=context.created,
+            model=context.model,
+            choices=[item] if isinstance(item, CompletionChoice) else [],
+        )
+        if isinstance(item, dict):
+            body.mellea = item
+        body.usage = usage
+        return {"data": body.model_dump_json()}

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from mellea.core.errors import RequestError
 from mellea.core.parsers import new_call_id
 from mellea.serve.choice_events import (
-    Failed,
+    ChoiceEvent,
     Finish,
     ProgramEvent,
     ReasoningDelta,
@@ -33,6 +33,7 @@ from mellea.serve.errors import (
     StreamTimeoutError,
 )
 from mellea.serve.program_report import with_calls
+from mellea.serve.rendering import render_events
 from mellea.serve.responses.objects import ResponseObject, ResponseUsage
 from mellea.serve.responses.output import Event, OutputBuilder
 
@@ -117,25 +118,26 @@ class ResponseRun:
         """
         builder = OutputBuilder(self.response.output, self.logprobs)
         entries: list[Any] = []  # the reply's log-probability entries so far
-        choice = self.reader.events()
+
+        def render(event: ChoiceEvent) -> list[Event]:
+            """The Responses events one choice event becomes."""
+            if isinstance(event, ProgramEvent):
+                return [{**event.event, "type": f"mellea.{event.event['type']}"}]
+            if isinstance(event, Role):
+                return []
+            if event.logprobs:  # type: ignore[union-attr]
+                entries.extend(event.logprobs)  # type: ignore[union-attr]
+                builder.reply_logprobs(entries)
+            return self._output_events(builder, event)  # type: ignore[arg-type]
+
+        rendered = render_events(self.reader.events(), render)
         settled = False
         try:
             self.sink.started(self.response.wire())
             yield self._stamp({"type": "response.created", "response": self.response.wire()})
             yield self._stamp({"type": "response.in_progress", "response": self.response.wire()})
-            async for event in choice:
-                if isinstance(event, ProgramEvent):
-                    yield self._stamp({**event.event, "type": f"mellea.{event.event['type']}"})
-                    continue
-                if isinstance(event, Failed):
-                    raise event.error
-                if isinstance(event, Role):
-                    continue
-                if event.logprobs:
-                    entries += event.logprobs
-                    builder.reply_logprobs(entries)
-                for item in self._output_events(builder, event):
-                    yield self._stamp(item)
+            async for item in rendered:
+                yield self._stamp(item)
             settled = True
         except ReplyCancelled:
             builder.abandon()
@@ -154,7 +156,7 @@ class ResponseRun:
                 builder.abandon()
                 self.response.status = "cancelled"
                 self.final = self.sink.finished(self.response.wire())
-            await close_stream(choice)
+            await close_stream(rendered)
         self.final = self.sink.finished(self.response.wire())
         yield self._stamp(terminal_event(self.final))
 
