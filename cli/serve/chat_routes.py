@@ -13,8 +13,9 @@ from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.offload import run_request_work
 from cli.serve.program import Program
 from cli.serve.reply_parsers import reply_parser
+from mellea.serve.chat.arguments import serve_arguments
 from mellea.serve.chat.reply import ChatContext, ChatReply
-from mellea.serve.options import choice_options, serve_arguments
+from mellea.serve.options import choice_options
 from mellea.serve.protocol import ChatCompletion, ChatCompletionRequest
 
 router = APIRouter(route_class=BoundedJsonRoute)
