@@ -10,6 +10,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     model_validator,
 )
 
@@ -167,10 +168,15 @@ class ChatCompletionRequest(RequestBody):
     # ``legacy_functions``), and the reply calls the function as they do.
     functions: list[FunctionDefinition] | None = None
     function_call: Literal["none", "auto"] | NamedFunction | None = None
+    # Set once ``functions`` became ``tools``: validating the request again (FastAPI does,
+    # with the instance the middleware parsed) must not see its own tools as the client's.
+    _functions_converted: bool = PrivateAttr(default=False)
 
     @model_validator(mode="after")
     def legacy_functions(self) -> ChatCompletionRequest:
         """``functions`` / ``function_call`` as ``tools`` / ``tool_choice`` (one call at most)."""
+        if self._functions_converted:
+            return self
         if self.functions is None:
             if self.function_call is not None:
                 raise body_error("function_call needs functions", ("function_call",))
@@ -187,6 +193,7 @@ class ChatCompletionRequest(RequestBody):
         else:
             self.tool_choice = call
         self.parallel_tool_calls = False
+        self._functions_converted = True
         return self
 
     @property
