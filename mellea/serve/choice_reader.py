@@ -242,6 +242,8 @@ class ChoiceReader:
     async def _wait(self, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable`` unless the deadline passes or the reply is cancelled first."""
         if self.cancel is None:
+            if self.deadline is None:
+                return await awaitable
             return await before(self.deadline, awaitable)
         if self._cancelled is None:
             self._cancelled = asyncio.ensure_future(self.cancel.wait())

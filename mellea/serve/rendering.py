@@ -33,8 +33,8 @@ async def render_events(
     error. Stopping early closes the choice (and so its generation)."""
     try:
         async for event in events:
-            if isinstance(event, Failed):
-                raise event.error
+            if type(event) is Failed:
+                raise event.error  # type: ignore[union-attr]
             for item in render(event):
                 yield item
     finally:

@@ -55,20 +55,23 @@ class ChatChunks:
 
     def render(self, event: events_of.ChoiceEvent) -> Iterator[ChatChunk]:
         """The chunks ``event`` becomes."""
-        if isinstance(event, events_of.ProgramEvent):
-            yield event_object(event.event, self.index)
-            return
-        if isinstance(event, events_of.Role):
+        kind = type(event)  # each event is exactly one of these types: no isinstance chain
+        if kind is events_of.TextDelta:
+            self.pending += event.logprobs  # type: ignore[union-attr]
+            yield self._chunk(Delta(content=event.text))  # type: ignore[union-attr]
+        elif kind is events_of.Role:
             yield ChunkChoice(index=self.index, delta=Delta(role="assistant", content=""))
-            return
-        self.pending += getattr(event, "logprobs", ())
-        if isinstance(event, events_of.ReasoningDelta):
-            yield self._chunk(Delta(reasoning_content=event.text))
-        elif isinstance(event, events_of.TextDelta):
-            yield self._chunk(Delta(content=event.text))
-        elif isinstance(event, events_of.ToolCallDelta):
-            yield from self._call_chunks(event)
-        elif isinstance(event, events_of.Finish):
+        elif kind is events_of.ProgramEvent:
+            yield event_object(event.event, self.index)  # type: ignore[union-attr]
+        elif kind is events_of.ReasoningDelta:
+            self.pending += event.logprobs  # type: ignore[union-attr]
+            yield self._chunk(Delta(reasoning_content=event.text))  # type: ignore[union-attr]
+        elif kind is events_of.ToolCallDelta:
+            self.pending += event.logprobs  # type: ignore[union-attr]
+            yield from self._call_chunks(event)  # type: ignore[arg-type]
+        elif kind is events_of.Finish:
+            assert isinstance(event, events_of.Finish)
+            self.pending += event.logprobs
             self.tally.add(self.index, event)
             if self.context.live:
                 yield event_object({"type": "program.done", **(event.report or {})}, self.index)
