@@ -283,7 +283,7 @@ def serve(
 
     Example: m serve docs/examples/hello.py --port 8000
     """
-    from cli.serve.runner import run
+    from cli.serve.server import run
     from cli.serve.settings import ServeSettings, parse_duration, read_api_keys
     from mellea.backends.runtime import parse_size
 

@@ -7,14 +7,12 @@ from collections import deque
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cli.serve.limits import body_facts, rewound
+from cli.serve.error_response import send_error
+from cli.serve.limits import rewound
 from cli.serve.observability import ServerMetrics
-from cli.serve.responses import send_error
+from cli.serve.request_body import generations, is_generating
 
 RETRY_AFTER_SECONDS = 1
-# The routes that generate. The others (models, health, stored responses, cancelling
-# one) never wait in the queue: at capacity a client can still cancel or read.
-GENERATING = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
 
 
 class Admission:
@@ -41,11 +39,7 @@ class Admission:
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
-            or scope["path"].rstrip("/") not in GENERATING
-        ):
+        if not is_generating(scope):  # at capacity a client can still read or cancel
             await self.app(scope, receive, send)
             return
         if getattr(self.state, "draining", False):
@@ -57,7 +51,7 @@ class Admission:
                 headers={"retry-after": str(RETRY_AFTER_SECONDS)},
             )
             return
-        weight = body_facts(scope).generations
+        weight = generations(scope)
         if self.limit is not None:
             weight = min(weight, self.limit)
             if not self._fits(weight) and len(self._waiters) >= self.queue:

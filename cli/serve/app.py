@@ -1,4 +1,4 @@
-"""The FastAPI app factory: thin routes over the program and the wire protocol."""
+"""The FastAPI app factory: the middlewares, the state the routes share, the routers."""
 
 from __future__ import annotations
 
@@ -6,36 +6,30 @@ import asyncio
 import gc
 import inspect
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cli.serve import chat_routes, completion_routes, health_routes, model_routes, responses_routes
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
-from cli.serve.describe import describe_program
 from cli.serve.hooks import ServerHooks
 from cli.serve.hosts import AllowedHosts, default_allowed_hosts
-from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.limits import BodyReader, WriteDeadline
 from cli.serve.observability import RequestContext, ServerMetrics
-from cli.serve.offload import run_request_work
 from cli.serve.program import Program
 from cli.serve.reload import watch_program
-from cli.serve.responses_routes import add_responses_routes
+from cli.serve.responses_routes import open_responses_store
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import CacheSalt
 from cli.serve.tracing import Tracing, tracer_from_env
 from mellea.backends.runtime import StepHook, current_runtime
-from mellea.core.parsers import ReplyParser, get_reasoning_parser, get_tool_parser
 from mellea.serve.bounds import WIRE_PARAM
 from mellea.serve.errors import (
     ERROR_TYPES,
@@ -44,16 +38,17 @@ from mellea.serve.errors import (
     param_path,
     server_error_body,
 )
-from mellea.serve.options import choice_options, serve_arguments
-from mellea.serve.protocol import (
-    ChatCompletion,
-    ChatCompletionRequest,
-    ModelCard,
-    ModelList,
-)
-from mellea.serve.replies import ChatReply, TextReply
-from mellea.serve.runner import RequestRunner, RunLimits
-from mellea.serve.text_completion import Completion, CompletionRequest, completion_options
+from mellea.serve.request_runner import RequestRunner, RunLimits
+
+# Each endpoint's routes (plain functions; the app's state holds what they share), in
+# the order they are matched.
+ROUTERS = [
+    responses_routes.router,
+    health_routes.router,
+    model_routes.router,
+    chat_routes.router,
+    completion_routes.router,
+]
 
 log = logging.getLogger("mellea.serve")
 
@@ -124,7 +119,6 @@ def create_app(
         lifespan=lifespan,
         **_without_native_telemetry(),
     )
-    app.router.route_class = BoundedJsonRoute  # routes added below size up their JSON first
     app.state.program = program
     app.state.runtime = runtime
     app.state.settings = settings
@@ -163,98 +157,18 @@ def create_app(
     if tracer is not None:
         app.add_middleware(Tracing, tracer=tracer)
     _install_error_handlers(app)
-    model_name = settings.served_model_name
     if settings.playground:
         from cli.serve.playground import mount_playground
 
-        mount_playground(app, model_name=model_name)
-
-    def reply_parser(body: ChatCompletionRequest) -> ReplyParser | None:
-        """Fresh parsers for one reply: reasoning always (if set), tool calls if tools were sent."""
-        reasoning = (
-            get_reasoning_parser(settings.reasoning_parser) if settings.reasoning_parser else None
-        )
-        wants_tools = bool(body.tools) and body.tool_choice != "none"
-        tools = (
-            get_tool_parser(settings.tool_call_parser)
-            if wants_tools and settings.tool_call_parser
-            else None
-        )
-        max_calls = 1 if body.parallel_tool_calls is False else None
-        return ReplyParser(reasoning, tools, max_calls) if reasoning or tools else None
-
-    runner = RequestRunner(run_limits(settings), ServerHooks(metrics, model_name))
-    add_responses_routes(app, settings, runner, reply_parser)
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        """Liveness: the server is up."""
-        return {"status": "ok"}
-
-    @app.get("/ready", response_model=None)
-    async def ready() -> dict[str, str] | JSONResponse:
-        """Readiness: 200 once the program is loaded and warm, 503 before and while draining."""
-        if app.state.ready and not app.state.draining:
-            return {"status": "ready"}
-        state = "draining" if app.state.draining else "starting"
-        return JSONResponse(
-            error_body(f"the server is {state}", "service_unavailable", None, state),
-            status_code=503,
-            headers={"retry-after": "1"},
-        )
-
-    @app.get("/metrics")
-    async def prometheus_metrics() -> Response:
-        """Prometheus metrics of this server process."""
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    def model_card() -> ModelCard:
-        return ModelCard(id=model_name, mellea=describe_program(app.state.program))
-
-    @app.get("/v1/models")
-    async def list_models() -> ModelList:
-        """The one model this server serves: the program."""
-        return ModelList(data=[model_card()])
-
-    @app.get("/v1/models/{model_id:path}")
-    async def retrieve_model(model_id: str) -> ModelCard:
-        """The served program as a model: its docstring and the parameters ``serve()`` declares."""
-        if model_id != model_name:
-            raise OpenAIError(
-                404,
-                f"no model {model_id!r}; this server serves {model_name!r}",
-                param="model",
-                code="model_not_found",
-            )
-        return model_card()
-
-    @app.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(
-        body: ChatCompletionRequest, request: Request
-    ) -> ChatCompletion | Response:
-        """Run the program on a chat request (once per choice); stream the reply when asked to."""
-        started = time.monotonic()
-        # A response_format schema takes a while to turn into a model: off the loop.
-        schema = body.response_format is not None and body.response_format.type == "json_schema"
-        args = await run_request_work(request, schema, serve_arguments, body)
-        per_choice = choice_options(args.model_options, body.n or 1)
-        reply = ChatReply(body, [reply_parser(body) for _ in per_choice], model_name)
-        program: Program = app.state.program
-        calls = [program.call(replace(args, model_options=o)) for o in per_choice]
-        return await runner.run(calls, reply, request.is_disconnected, started)
-
-    @app.post("/v1/completions", response_model=None)
-    async def completions(body: CompletionRequest, request: Request) -> Completion | Response:
-        """Complete one or more text prompts (legacy completions API), ``n`` choices each."""
-        started = time.monotonic()
-        options, n = completion_options(body), body.n or 1
-        prompts = [prompt for prompt in body.prompts() for _ in range(n)]
-        per_choice = choice_options(options, n) * (len(prompts) // n)
-        reply = TextReply(body, prompts, n, model_name)
-        program: Program = app.state.program
-        calls = [program.complete(p, o) for p, o in zip(prompts, per_choice, strict=True)]
-        return await runner.run(calls, reply, request.is_disconnected, started)
-
+        mount_playground(app, model_name=settings.served_model_name)
+    app.state.runner = RequestRunner(
+        run_limits(settings), ServerHooks(metrics, settings.served_model_name)
+    )
+    open_responses_store(app.state, settings)
+    for router in ROUTERS:
+        # The routers' routes join the app's own list: FastAPI's include_router keeps
+        # each router as a group matched route by route, which costs every request.
+        app.router.routes.extend(router.routes)
     return app
 
 

@@ -11,7 +11,7 @@ import hmac
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cli.serve.responses import send_error
+from cli.serve.error_response import send_error
 from cli.serve.tenancy import set_tenant
 
 # The health checks, and the playground page with its assets (the page asks for the key).

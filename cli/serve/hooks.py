@@ -8,11 +8,11 @@ from typing import Any
 from cli.serve.observability import ServerMetrics, StreamTimer, count_program, record_usage
 from cli.serve.tracing import new_trace
 from mellea.core.trace import ProgramTrace
-from mellea.serve.stream import StreamObserver
+from mellea.serve.choice_reader import StreamObserver
 
 
 class ServerHooks:
-    """The request runner's hooks for one app (``mellea.serve.runner.RunHooks``)."""
+    """The request runner's hooks for one app (``mellea.serve.request_runner.RunHooks``)."""
 
     def __init__(self, metrics: ServerMetrics, model_name: str) -> None:
         """Hooks counting into ``metrics``; program spans name ``model_name``."""

@@ -13,7 +13,7 @@ import socket
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cli.serve.responses import send_error
+from cli.serve.error_response import send_error
 
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 

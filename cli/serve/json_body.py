@@ -10,7 +10,7 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from cli.serve.limits import parsed_body
+from cli.serve.request_body import parsed_body
 from mellea.serve.bounds import MAX_BODY_VALUES, too_many_values
 
 
@@ -25,7 +25,7 @@ class BoundedJsonRequest(Request):
         """The parsed body; 400 when a scan of the bytes shows too many values."""
         if not hasattr(self, "_json"):
             parsed = parsed_body(self.scope)
-            if parsed is not None:  # the middleware parsed it already
+            if parsed is not None:  # the middleware parsed it already (typed, if it is valid)
                 self._json = parsed
                 return parsed
             body = await self.body()

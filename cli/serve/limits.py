@@ -9,23 +9,15 @@ its reply keep its slot once its send buffers are full.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from dataclasses import dataclass
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cli.serve.responses import send_error
-from mellea.serve.bounds import too_many_values
+from cli.serve.error_response import send_error
 
 log = logging.getLogger("mellea.serve")
 _BODY = "body"  # where the read body waits in the request's ``scope["state"]``
-_FACTS = "body_facts"
-_PARSED = "body_json"  # the body parsed by ``body_facts``, for the route to reuse
-CHAT = "/v1/chat/completions"
 LINGER_SECONDS = 5.0  # how long a refused body is still read (and dropped) after the 413
-COMPLETIONS = "/v1/completions"
 
 
 class BodyReader:
@@ -178,6 +170,11 @@ class WriteDeadline:
             timer.cancel()
 
 
+def read_body(scope: Scope) -> bytes:
+    """The body :class:`BodyReader` read (empty when there was none)."""
+    return (scope.get("state") or {}).get(_BODY) or b""
+
+
 def rewound(scope: Scope, receive: Receive) -> Receive:
     """``receive`` that gives the read body first again: for a middleware that read past it
     (to see whether the client left) before handing the request on."""
@@ -196,56 +193,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replayed
-
-
-@dataclass(frozen=True)
-class BodyFacts:
-    """What the middleware needs to know of a request body, read once per request."""
-
-    generations: int = 1  # prompts x ``n`` on completions, ``n`` on chat, else 1
-    cache_salt: Any = None  # as sent: the middleware using it checks it
-
-
-def body_facts(scope: Scope) -> BodyFacts:
-    """The facts of this request's body (read by :class:`BodyReader`); a body that is not
-    a JSON object gives the defaults (the route's own parsing answers it with a 400)."""
-    state = scope.setdefault("state", {})
-    facts = state.get(_FACTS)
-    if facts is None:
-        facts = state[_FACTS] = _facts(scope["path"], state.get(_BODY) or b"", state)
-    return facts
-
-
-def parsed_body(scope: Scope) -> Any:
-    """The body as :func:`body_facts` parsed it (a JSON object), else ``None``: the route
-    uses it rather than parsing the same bytes on the event loop again."""
-    return (scope.get("state") or {}).get(_PARSED)
-
-
-def _facts(path: str, body: bytes, state: dict[str, Any]) -> BodyFacts:
-    # A body the route refuses unparsed (far too many values) is not parsed here either:
-    # parsing 16 MiB of tiny values holds the event loop for most of a second.
-    if not body.lstrip().startswith(b"{") or too_many_values(body):
-        return BodyFacts()
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return BodyFacts()
-    state[_PARSED] = data
-    if not isinstance(data, dict):
-        return BodyFacts()
-    salt = data.get("cache_salt")
-    n = data.get("n")
-    choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
-    if path == COMPLETIONS:
-        choices *= _prompt_count(data.get("prompt"))
-    elif path != CHAT:
-        choices = 1
-    return BodyFacts(choices, salt)
-
-
-def _prompt_count(prompt: Any) -> int:
-    """How many prompts ``prompt`` holds: a list of strings or of token lists is several."""
-    if isinstance(prompt, list) and prompt and not all(isinstance(p, int) for p in prompt):
-        return len(prompt)
-    return 1

@@ -9,14 +9,17 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fastapi import FastAPI, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from cli.serve.event_stream import EventStreamResponse, as_response
+from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.offload import run_request_work
+from cli.serve.reply_parsers import reply_parser
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import tenant_of
-from mellea.core.parsers import ReplyParser
 from mellea.serve.errors import OpenAIError
+from mellea.serve.frames import named_events
 from mellea.serve.responses import (
     CancelSignal,
     ResponsesRequest,
@@ -30,8 +33,6 @@ from mellea.serve.responses import (
 )
 from mellea.serve.responses.reply import ResponsesReply
 from mellea.serve.responses.truncation import call_fitting
-from mellea.serve.runner import RequestRunner
-from mellea.serve.stream import named_events, stream_response
 
 log = logging.getLogger("mellea.serve")
 
@@ -40,19 +41,16 @@ REPLAY_WAIT_SECONDS = 600.0  # how long a replay waits for a running response to
 REPLAY_POLL_SECONDS = 0.25
 
 
-def add_responses_routes(
-    app: FastAPI,
-    settings: ServeSettings,
-    runner: RequestRunner,
-    reply_parser: Callable[[Any], ReplyParser | None],
-) -> None:
-    """Serve the Responses API on ``app`` (it runs ``app.state.program`` through ``runner``).
+router = APIRouter(route_class=BoundedJsonRoute)
 
-    ``reply_parser(request)`` gives fresh parsers for one reply (it reads ``tools`` and
-    ``tool_choice``). Responses are kept, within the count, age and size bounds of the
-    settings, in SQLite: the file ``settings.responses_db`` (shared by worker processes)
-    or, without one, an in-memory database of this app. A response belongs to the
-    tenant (API key) that created it; to any other it does not exist.
+
+def open_responses_store(state: Any, settings: ServeSettings) -> ResponseStore:
+    """The store of created responses, kept in the app's ``state`` for the routes below.
+
+    Responses are kept, within the count, age and size bounds of the settings, in SQLite:
+    the file ``settings.responses_db`` (shared by worker processes) or, without one, an
+    in-memory database of this app. A response belongs to the tenant (API key) that
+    created it; to any other it does not exist.
     """
     store = ResponseStore(
         settings.responses_db,
@@ -60,139 +58,143 @@ def add_responses_routes(
         settings.responses_max_age,
         settings.responses_max_bytes,
     )
-    app.state.responses_store = store
-    running: dict[str, _Running] = {}
-    model_name = settings.served_model_name
+    state.responses_store = store
+    state.responses_running = {}
+    return store
 
-    @app.post("/v1/responses", response_model=None)
-    async def create_response(
-        body: ResponsesRequest, request: Request
-    ) -> dict[str, Any] | Response:
-        """Run the program on a Responses request; stream the events when asked to."""
-        started = time.monotonic()
-        owner = tenant_of(request.scope)
-        tools = check_request(body)
-        history = _history(store, body.previous_response_id, owner)
-        # Looking referred items up scans the stored responses: off the loop.
-        refers = isinstance(body.input, list) and any(
-            item.get("type") == "item_reference" for item in body.input
+
+@router.post("/v1/responses", response_model=None)
+async def create_response(body: ResponsesRequest, request: Request) -> dict[str, Any] | Response:
+    """Run the program on a Responses request; stream the events when asked to."""
+    started = time.monotonic()
+    state = request.app.state
+    store: ResponseStore = state.responses_store
+    owner = tenant_of(request.scope)
+    tools = check_request(body)
+    history = _history(store, body.previous_response_id, owner)
+    # Looking referred items up scans the stored responses: off the loop.
+    refers = isinstance(body.input, list) and any(
+        item.get("type") == "item_reference" for item in body.input
+    )
+    items = await run_request_work(
+        request, refers, input_items, body.input or "", lambda ids: store.items(ids, owner)
+    )
+    # A text.format schema takes a while to turn into a model, and a stored history
+    # may be long whatever the body's size: both off the loop.
+    spec = body.text.format if body.text else None
+    heavy = bool(history) or (spec is not None and spec.type == "json_schema")
+    args = await run_request_work(request, heavy, serve_arguments, body, tools, [*history, *items])
+    response = new_response(body, tools, state.settings.served_model_name)
+    record = StoredResponse(response.wire(), items, history) if body.stores else None
+    running = _Running(CancelSignal(_cancel_check(store, response.id, record)))
+    sink = _Sink(store, record, state.responses_running, running, owner)
+    cancel = running.signal if record is not None else None  # unstored: 404 on cancel
+    reply = ResponsesReply(body, response, sink, reply_parser(state.settings, body), cancel)
+    program_call = state.program.call
+    fits = body.truncation == "auto"
+    calls = [call_fitting(program_call, args) if fits else program_call(args)]
+    return as_response(await state.runner.run(calls, reply, request.is_disconnected, started))
+
+
+@router.get("/v1/responses/{response_id}", response_model=None)
+async def retrieve_response(
+    request: Request,
+    response_id: str,
+    stream: bool = False,
+    starting_after: int | None = Query(None, ge=0),
+) -> Response:
+    """A stored response (404 if unknown, deleted, or created with ``store: false``).
+
+    With ``stream=true`` its events are sent again, after ``starting_after`` if given;
+    a response still running is replayed once it ends.
+    """
+    state = request.app.state
+    stored = _stored(state.responses_store, response_id, tenant_of(request.scope))
+    if not stream:
+        return JSONResponse(stored.response)
+    settings: ServeSettings = state.settings
+    replayed = _replayed(state.responses_store, settings, response_id, starting_after)
+    return EventStreamResponse(named_events(replayed), keepalive_seconds=settings.keepalive_seconds)
+
+
+async def _replayed(
+    store: ResponseStore, settings: ServeSettings, response_id: str, starting_after: int | None
+) -> AsyncGenerator[dict[str, Any], None]:
+    deadline = time.monotonic() + (settings.request_timeout or REPLAY_WAIT_SECONDS)
+    while store.status(response_id) == "in_progress" and time.monotonic() < deadline:
+        await asyncio.sleep(REPLAY_POLL_SECONDS)
+    stored = store.get(response_id)
+    if stored is None or stored.status == "in_progress":
+        state = "was deleted" if stored is None else "is still in progress"
+        message = f"response {response_id!r} {state}"
+        yield {"type": "error", "sequence_number": 0, "code": None, "message": message}
+        return
+    for event in replay_events(stored.response, starting_after):
+        yield event
+
+
+@router.delete("/v1/responses/{response_id}", response_model=None)
+async def delete_response(request: Request, response_id: str) -> Response:
+    """Forget a stored response."""
+    if not request.app.state.responses_store.delete(response_id, tenant_of(request.scope)):
+        raise _not_found(response_id)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+@router.get("/v1/responses/{response_id}/input_items", response_model=None)
+async def list_input_items(
+    request: Request,
+    response_id: str,
+    limit: int = Query(20, ge=1, le=100),
+    order: Literal["asc", "desc"] = "desc",
+    after: str | None = None,
+) -> Response:
+    """The input items the response was created with, a page at a time."""
+    store = request.app.state.responses_store
+    items = _stored(store, response_id, tenant_of(request.scope)).input
+    if order == "desc":
+        items = items[::-1]
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise OpenAIError(400, f"no input item with id {after!r}", param="after")
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > len(page),
+        }
+    )
+
+
+@router.post("/v1/responses/{response_id}/cancel", response_model=None)
+async def cancel_response(request: Request, response_id: str) -> Response:
+    """Stop a response still being generated; it ends ``cancelled`` with what it had."""
+    store: ResponseStore = request.app.state.responses_store
+    result = store.cancel(response_id, tenant_of(request.scope))
+    if result is None:
+        raise _not_found(response_id)
+    before, response = result
+    if before != "in_progress":
+        raise OpenAIError(
+            400,
+            f"cannot cancel a response that is {before}; only a response still in "
+            "progress can be cancelled",
+            param="response_id",
         )
-        items = await run_request_work(
-            request, refers, input_items, body.input or "", lambda ids: store.items(ids, owner)
-        )
-        # A text.format schema takes a while to turn into a model, and a stored history
-        # may be long whatever the body's size: both off the loop.
-        spec = body.text.format if body.text else None
-        heavy = bool(history) or (spec is not None and spec.type == "json_schema")
-        args = await run_request_work(
-            request, heavy, serve_arguments, body, tools, [*history, *items]
-        )
-        response = new_response(body, tools, model_name)
-        record = StoredResponse(response.wire(), items, history) if body.stores else None
-        state = _Running(CancelSignal(_cancel_check(store, response.id, record)))
-        sink = _Sink(store, record, running, state, owner)
-        cancel = state.signal if record is not None else None  # unstored: 404 on cancel
-        reply = ResponsesReply(body, response, sink, reply_parser(body), cancel)
-        program_call = app.state.program.call
-        fits = body.truncation == "auto"
-        calls = [call_fitting(program_call, args) if fits else program_call(args)]
-        return await runner.run(calls, reply, request.is_disconnected, started)
-
-    @app.get("/v1/responses/{response_id}", response_model=None)
-    async def retrieve_response(
-        request: Request,
-        response_id: str,
-        stream: bool = False,
-        starting_after: int | None = Query(None, ge=0),
-    ) -> Response:
-        """A stored response (404 if unknown, deleted, or created with ``store: false``).
-
-        With ``stream=true`` its events are sent again, after ``starting_after`` if given;
-        a response still running is replayed once it ends.
-        """
-        stored = _stored(store, response_id, tenant_of(request.scope))
-        if not stream:
-            return JSONResponse(stored.response)
-        return stream_response(
-            named_events(_replayed(response_id, starting_after)),
-            keepalive_seconds=settings.keepalive_seconds,
-        )
-
-    async def _replayed(
-        response_id: str, starting_after: int | None
-    ) -> AsyncGenerator[dict[str, Any], None]:
-        deadline = time.monotonic() + (settings.request_timeout or REPLAY_WAIT_SECONDS)
-        while store.status(response_id) == "in_progress" and time.monotonic() < deadline:
-            await asyncio.sleep(REPLAY_POLL_SECONDS)
-        stored = store.get(response_id)
-        if stored is None or stored.status == "in_progress":
-            state = "was deleted" if stored is None else "is still in progress"
-            message = f"response {response_id!r} {state}"
-            yield {"type": "error", "sequence_number": 0, "code": None, "message": message}
-            return
-        for event in replay_events(stored.response, starting_after):
-            yield event
-
-    @app.delete("/v1/responses/{response_id}", response_model=None)
-    async def delete_response(request: Request, response_id: str) -> Response:
-        """Forget a stored response."""
-        if not store.delete(response_id, tenant_of(request.scope)):
-            raise _not_found(response_id)
-        return JSONResponse({"id": response_id, "object": "response", "deleted": True})
-
-    @app.get("/v1/responses/{response_id}/input_items", response_model=None)
-    async def list_input_items(
-        request: Request,
-        response_id: str,
-        limit: int = Query(20, ge=1, le=100),
-        order: Literal["asc", "desc"] = "desc",
-        after: str | None = None,
-    ) -> Response:
-        """The input items the response was created with, a page at a time."""
-        items = _stored(store, response_id, tenant_of(request.scope)).input
-        if order == "desc":
-            items = items[::-1]
-        if after is not None:
-            ids = [item["id"] for item in items]
-            if after not in ids:
-                raise OpenAIError(400, f"no input item with id {after!r}", param="after")
-            items = items[ids.index(after) + 1 :]
-        page = items[:limit]
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": page,
-                "first_id": page[0]["id"] if page else None,
-                "last_id": page[-1]["id"] if page else None,
-                "has_more": len(items) > len(page),
-            }
-        )
-
-    @app.post("/v1/responses/{response_id}/cancel", response_model=None)
-    async def cancel_response(request: Request, response_id: str) -> Response:
-        """Stop a response still being generated; it ends ``cancelled`` with what it had."""
-        result = store.cancel(response_id, tenant_of(request.scope))
-        if result is None:
-            raise _not_found(response_id)
-        before, response = result
-        if before != "in_progress":
-            raise OpenAIError(
-                400,
-                f"cannot cancel a response that is {before}; only a response still in "
-                "progress can be cancelled",
-                param="response_id",
-            )
-        local = running.get(response_id)
-        if local is not None:
-            local.signal.set()
-            try:
-                await asyncio.wait_for(local.done.wait(), CANCEL_WAIT_SECONDS)
-            except TimeoutError:
-                log.warning(
-                    "response %s did not stop within %.0f s", response_id, CANCEL_WAIT_SECONDS
-                )
-        stored = store.get(response_id)
-        return JSONResponse(stored.response if stored is not None else response)
+    local = request.app.state.responses_running.get(response_id)
+    if local is not None:
+        local.signal.set()
+        try:
+            await asyncio.wait_for(local.done.wait(), CANCEL_WAIT_SECONDS)
+        except TimeoutError:
+            log.warning("response %s did not stop within %.0f s", response_id, CANCEL_WAIT_SECONDS)
+    stored = store.get(response_id)
+    return JSONResponse(stored.response if stored is not None else response)
 
 
 @dataclass

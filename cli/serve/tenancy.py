@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cli.serve.admission import GENERATING
-from cli.serve.limits import body_facts
-from cli.serve.responses import send_error
+from cli.serve.request_body import is_generating, typed_body
 from mellea.backends.cache_salt import cache_salt
 
 _TENANT = "tenant"
-MAX_SALT_LENGTH = 256
 
 
 def set_tenant(scope: Scope, tenant: str) -> None:
@@ -34,28 +31,19 @@ class CacheSalt:
 
     The salt joins the tenant with the request's own ``cache_salt`` field if it has one
     (a client may partition its own requests further); with neither, the cache is shared.
+    The typed request checked the field (``mellea.serve.bounds.check_cache_salt``); a body
+    that did not validate goes on unsalted to the route, which answers it with a 400.
     """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
-            or scope["path"].rstrip("/") not in GENERATING
-        ):
+        if not is_generating(scope):
             await self.app(scope, receive, send)
             return
-        own = body_facts(scope).cache_salt
-        if own is not None and not (isinstance(own, str) and 0 < len(own) <= MAX_SALT_LENGTH):
-            await send_error(
-                send,
-                400,
-                f"cache_salt must be a non-empty string of at most {MAX_SALT_LENGTH} characters",
-                param="cache_salt",
-            )
-            return
+        body = typed_body(scope)
+        own = body.cache_salt if body is not None else None
         tenant = tenant_of(scope)
         salt = f"{tenant}\0{own}" if own is not None else tenant or None
         with cache_salt(salt):

@@ -1,4 +1,5 @@
-"""The OpenAI wire protocol, framework-free: models, option mapping, the request runner, SSE."""
+"""The OpenAI wire protocol, framework-free: models, option mapping, the request runner, one
+reader per choice and each endpoint's renderers over it, SSE frames (cli/serve writes them)."""
 
 from mellea.serve.messages import (
     ChatMessage,

@@ -33,6 +33,7 @@ MAX_METADATA_PAIRS = 16  # ``metadata``, as OpenAI
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 
+MAX_SALT_LENGTH = 256  # characters of a request's own ``cache_salt``
 WIRE_PARAM = "wire_param"  # ctx key of a body error that names its field itself
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SHOWN_PARTS = 6  # path parts an error names; a deep path says no more than its start
@@ -82,6 +83,21 @@ def check_body(data: Any) -> Any:
                 elif kind is dict or kind is list:
                     stack.append((item, (*path, index)))
     return data
+
+
+def check_cache_salt(data: Any) -> None:
+    """Refuse a body whose ``cache_salt`` is not a non-empty string of at most
+    ``MAX_SALT_LENGTH`` characters (``null`` is no salt). A ``mode="before"`` check, like
+    :func:`check_body`, and run before it: the error names ``cache_salt`` whatever else
+    is wrong with the body."""
+    if not isinstance(data, dict):
+        return
+    salt = data.get("cache_salt")
+    if salt is not None and not (isinstance(salt, str) and 0 < len(salt) <= MAX_SALT_LENGTH):
+        message = f"cache_salt must be a non-empty string of at most {MAX_SALT_LENGTH} characters"
+        raise PydanticCustomError(
+            "request_bounds", "{message}", {"message": message, WIRE_PARAM: "cache_salt"}
+        )
 
 
 def body_error(message: str, path: tuple[Any, ...]) -> PydanticCustomError:

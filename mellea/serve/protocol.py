@@ -10,10 +10,17 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     model_validator,
 )
 
-from mellea.serve.bounds import MAX_CHOICES, MAX_TOP_LOGPROBS, body_error, check_body
+from mellea.serve.bounds import (
+    MAX_CHOICES,
+    MAX_TOP_LOGPROBS,
+    body_error,
+    check_body,
+    check_cache_salt,
+)
 from mellea.serve.messages import ChatMessage
 
 MAX_INT32 = 2**31 - 1  # bound for counts, so absurd numbers are a 400, not an overflow
@@ -96,16 +103,30 @@ class AllowedToolsChoice(BaseModel):
     allowed_tools: AllowedTools
 
 
-class ChatCompletionRequest(BaseModel):
-    """A ``POST /v1/chat/completions`` body. Unknown fields are accepted and ignored."""
+class RequestBody(BaseModel):
+    """A generating request's body: unknown fields are accepted and ignored; a bad
+    ``cache_salt``, then a body past the depth, size and Unicode bounds, is refused
+    before any field is validated (``mellea.serve.bounds``)."""
 
     model_config = ConfigDict(extra="allow")
 
     @model_validator(mode="before")
     @classmethod
     def bounded_body(cls, data: Any) -> Any:
-        """The whole body within depth, size and Unicode bounds (see ``mellea.serve.bounds``)."""
+        """A valid ``cache_salt``, and the whole body within bounds."""
+        check_cache_salt(data)
         return check_body(data)
+
+    # The client's own partition of the prefix cache, within its tenant's.
+    cache_salt: str | None = None
+
+    def generations(self) -> int:
+        """How many replies the request asks for."""
+        return 1
+
+
+class ChatCompletionRequest(RequestBody):
+    """A ``POST /v1/chat/completions`` body."""
 
     messages: list[ChatMessage] = Field(min_length=1)
     model: str | None = None
@@ -147,10 +168,15 @@ class ChatCompletionRequest(BaseModel):
     # ``legacy_functions``), and the reply calls the function as they do.
     functions: list[FunctionDefinition] | None = None
     function_call: Literal["none", "auto"] | NamedFunction | None = None
+    # Set once ``functions`` became ``tools``: validating the request again (FastAPI does,
+    # with the instance the middleware parsed) must not see its own tools as the client's.
+    _functions_converted: bool = PrivateAttr(default=False)
 
     @model_validator(mode="after")
     def legacy_functions(self) -> ChatCompletionRequest:
         """``functions`` / ``function_call`` as ``tools`` / ``tool_choice`` (one call at most)."""
+        if self._functions_converted:
+            return self
         if self.functions is None:
             if self.function_call is not None:
                 raise body_error("function_call needs functions", ("function_call",))
@@ -167,6 +193,7 @@ class ChatCompletionRequest(BaseModel):
         else:
             self.tool_choice = call
         self.parallel_tool_calls = False
+        self._functions_converted = True
         return self
 
     @property
@@ -174,6 +201,10 @@ class ChatCompletionRequest(BaseModel):
         """Whether the request came in the deprecated ``functions`` form (and so is answered
         with ``function_call``, not ``tool_calls``)."""
         return self.functions is not None
+
+    def generations(self) -> int:
+        """How many replies the request asks for (its ``n`` choices)."""
+        return self.n or 1
 
 
 # -- response --------------------------------------------------------------------

@@ -390,9 +390,9 @@ WRONG_VALUES: list[Any] = [None, True, -1, 2**70, 1.5, -1e308, "", "x", [], [1],
 
 
 def _fields(route: str) -> list[str]:
+    from mellea.serve.completions.request import CompletionRequest
     from mellea.serve.protocol import ChatCompletionRequest
     from mellea.serve.responses import ResponsesRequest
-    from mellea.serve.text_completion import CompletionRequest
 
     model = {CHAT: ChatCompletionRequest, COMPLETIONS: CompletionRequest}.get(
         route, ResponsesRequest
@@ -787,7 +787,7 @@ async def test_schema_and_prompt_work_runs_off_the_event_loop(engine_app, tiny_e
     threads, never on the event loop's thread."""
     import threading
 
-    import mellea.serve.options
+    import mellea.serve.chat.arguments
 
     seen: dict[str, threading.Thread] = {}
 
@@ -800,8 +800,10 @@ async def test_schema_and_prompt_work_runs_off_the_event_loop(engine_app, tiny_e
 
     for name in ("apply_chat_template", "compile_grammar"):
         monkeypatch.setattr(tiny_engine, name, spy(name, getattr(tiny_engine, name)))
-    model_from_schema = mellea.serve.options.model_from_schema
-    monkeypatch.setattr(mellea.serve.options, "model_from_schema", spy("model", model_from_schema))
+    model_from_schema = mellea.serve.chat.arguments.model_from_schema
+    monkeypatch.setattr(
+        mellea.serve.chat.arguments, "model_from_schema", spy("model", model_from_schema)
+    )
     properties = {
         f"p{i}": {"type": "object", "properties": {"b": {"type": "integer"}}} for i in range(50)
     }

@@ -7,8 +7,9 @@ import json
 from types import SimpleNamespace
 
 from cli.serve.admission import Admission
-from cli.serve.limits import BodyReader, body_facts
+from cli.serve.limits import BodyReader
 from cli.serve.observability import ServerMetrics
+from cli.serve.request_body import generations, parsed_body, typed_body
 
 
 def http_scope(path: str, body: bytes) -> dict:
@@ -21,17 +22,23 @@ def http_scope(path: str, body: bytes) -> dict:
     }
 
 
-def test_body_facts_count_generations():
-    def facts(path: str, body: object):
-        return body_facts(http_scope(path, json.dumps(body).encode()))
+def test_generations_are_counted_from_the_typed_request():
+    def counted(path: str, body: dict) -> int:
+        return generations(http_scope(path, json.dumps(body).encode()))
 
-    assert facts("/v1/chat/completions", {"n": 3}).generations == 3
-    assert facts("/v1/completions", {"prompt": ["a", "b"], "n": 2}).generations == 4
-    assert facts("/v1/completions", {"prompt": [1, 2, 3]}).generations == 1  # one token list
-    assert facts("/v1/completions", {"prompt": [[1], [2]]}).generations == 2
-    assert facts("/v1/responses", {"n": 5}).generations == 1
-    assert facts("/v1/chat/completions", {"n": "x", "cache_salt": "s"}).cache_salt == "s"
-    assert body_facts(http_scope("/v1/completions", b"[not json")).generations == 1
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    assert counted("/v1/chat/completions", {**chat, "n": 3}) == 3
+    assert counted("/v1/completions", {"prompt": ["a", "b"], "n": 2}) == 4
+    assert counted("/v1/completions", {"prompt": [1, 2, 3]}) == 1  # one token list
+    assert counted("/v1/completions", {"prompt": [[1], [2]]}) == 2
+    assert counted("/v1/responses", {"input": "hi", "n": 5}) == 1
+    scope = http_scope("/v1/chat/completions", json.dumps({**chat, "cache_salt": "s"}).encode())
+    assert typed_body(scope).cache_salt == "s" and typed_body(scope) is parsed_body(scope)
+    # A body that does not validate counts once and has no salt: the route answers its 400.
+    assert generations(http_scope("/v1/completions", b"[not json")) == 1
+    invalid = http_scope("/v1/chat/completions", json.dumps({"n": "x", "cache_salt": "s"}).encode())
+    assert generations(invalid) == 1 and typed_body(invalid) is None
+    assert parsed_body(invalid) == {"n": "x", "cache_salt": "s"}  # the route's JSON
 
 
 async def test_a_request_with_n_choices_takes_n_slots():
@@ -72,19 +79,22 @@ async def test_a_request_with_n_choices_takes_n_slots():
         scope = http_scope("/v1/chat/completions", json.dumps(body).encode())
         return asyncio.ensure_future(admission(scope, receiver(i), sender(i)))
 
-    calls = [call(0, {"n": 2}), call(1, {"n": 1}), call(2, {"n": 1})]
+    def chat(n: int) -> dict:
+        return {"messages": [{"role": "user", "content": "hi"}], "n": n}
+
+    calls = [call(0, chat(2)), call(1, chat(1)), call(2, chat(1))]
     await asyncio.sleep(0.05)
     assert len(started) == 1  # n=2 holds both slots, the second waits in the queue
     assert sent[2][0]["status"] == 429  # and the queue is full
     left[1].set()  # the queued client leaves: its place is free again
     await asyncio.sleep(0.05)
     assert calls[1].done() and not sent[1]
-    calls.append(call(3, {"n": 1}))
+    calls.append(call(3, chat(1)))
     await asyncio.sleep(0.05)
     assert not sent[3]  # queued, not refused
     release.set()
     await asyncio.gather(*calls)
-    assert started == [b"", b'{"n": 1}']  # a request that waited gets its body still
+    assert started == [b"", json.dumps(chat(1)).encode()]  # a request that waited gets its body
     assert admission.running == 0 and sent[3][0]["status"] == 200
 
 

@@ -94,7 +94,7 @@ def test_the_engine_imports_nothing_else_of_mellea() -> None:
 
 @pytest.mark.parametrize(
     ("module", "layer"),
-    [("cli.serve.app", 0), ("mellea.serve.stream", 1), ("mellea.core.parsers", 4), ("os", None)],
+    [("cli.serve.app", 0), ("mellea.serve.frames", 1), ("mellea.core.parsers", 4), ("os", None)],
 )
 def test_layer_of(module: str, layer: int | None) -> None:
     assert layer_of(module) == layer
@@ -104,7 +104,44 @@ def test_an_upward_import_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     """The scan can fail: a core module importing the wire layer is reported."""
     fake = tmp_path / "mellea" / "core" / "bad.py"
     fake.parent.mkdir(parents=True)
-    fake.write_text("def f():\n    from mellea.serve.stream import DONE\n")
+    fake.write_text("def f():\n    from mellea.serve.frames import DONE\n")
     (tmp_path / "cli").mkdir()
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
-    assert upward_imports() == ["mellea/core/bad.py:2 (core) imports mellea.serve.stream (wire)"]
+    assert upward_imports() == ["mellea/core/bad.py:2 (core) imports mellea.serve.frames (wire)"]
+
+
+# The web framework and the server belong to ``cli/serve``: the wire layer yields frames.
+WEB_FRAMEWORKS = ("starlette", "fastapi", "sse_starlette", "uvicorn")
+
+
+def framework_imports(root: Path) -> list[str]:
+    """Every import of a web framework under ``root/mellea`` (its ``file:line module``)."""
+    return [
+        f"{path.relative_to(root)}:{line} imports {module}"
+        for path in sorted((root / "mellea").rglob("*.py"))
+        for line, module in imports_of(path)
+        if module.split(".")[0] in WEB_FRAMEWORKS
+    ]
+
+
+def test_the_wire_layer_knows_no_web_framework() -> None:
+    assert framework_imports(ROOT) == []
+
+
+def test_a_framework_import_in_the_wire_layer_is_found(tmp_path: Path) -> None:
+    fake = tmp_path / "mellea" / "serve" / "bad.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("def f():\n    from starlette.responses import Response\n")
+    assert framework_imports(tmp_path) == ["mellea/serve/bad.py:2 imports starlette.responses"]
+
+
+def test_no_two_serving_modules_share_a_name() -> None:
+    """``cli/serve`` and ``mellea/serve`` name their modules for what they hold, each its own."""
+
+    def names(folder: Path) -> set[str]:
+        return {p.stem for p in folder.rglob("*.py") if p.stem != "__init__"} | {
+            p.name for p in folder.rglob("*") if p.is_dir() and (p / "__init__.py").exists()
+        }
+
+    shared = names(ROOT / "cli" / "serve") & names(ROOT / "mellea" / "serve")
+    assert shared == set()

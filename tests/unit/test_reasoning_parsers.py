@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from mellea.serve.parsers import (
+from mellea.core.parsers import (
     REASONING_PARSERS,
     ReasoningParser,
     ReplyParser,

@@ -9,6 +9,8 @@ import anyio
 from cli.serve.tenancy import CacheSalt, set_tenant
 from mellea.backends.cache_salt import cache_salt, current_cache_salt
 from mellea.core._sync import run_sync
+from tests.inprocess import app_for, client_for
+from tests.server import PROGRAMS
 
 
 async def salt_seen(tenant: str | None, body: dict) -> tuple[str | None, list[dict]]:
@@ -25,7 +27,9 @@ async def salt_seen(tenant: str | None, body: dict) -> tuple[str | None, list[di
         "type": "http",
         "method": "POST",
         "path": "/v1/chat/completions",
-        "state": {"body": json.dumps(body).encode()},
+        "state": {
+            "body": json.dumps({"messages": [{"role": "user", "content": "hi"}], **body}).encode()
+        },
     }
     if tenant is not None:
         set_tenant(scope, tenant)
@@ -42,9 +46,24 @@ async def test_the_salt_joins_tenant_and_request():
     )
     assert own and other and own != other
     assert (await salt_seen(None, {"cache_salt": "x"}))[0] is not None
-    _, sent = await salt_seen("t1", {"cache_salt": ["x"]})
-    assert sent[0]["status"] == 400
+    # A bad salt makes the body invalid: it goes on with the tenant's salt alone, and the
+    # route refuses it (below).
+    seen, sent = await salt_seen("t1", {"cache_salt": ["x"]})
+    assert seen == "t1" and sent == []
     assert current_cache_salt() is None
+
+
+async def test_a_bad_salt_is_a_400_naming_it():
+    async with client_for(app_for(PROGRAMS / "echo.py")) as client:
+        for salt in (["x"], "", "s" * 257):
+            body = {"messages": [{"role": "user", "content": "hi"}], "cache_salt": salt}
+            response = await client.post("/v1/chat/completions", json=body)
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert error["param"] == "cache_salt"
+            assert error["message"] == (
+                "cache_salt must be a non-empty string of at most 256 characters"
+            )
 
 
 async def read_salt() -> str | None:

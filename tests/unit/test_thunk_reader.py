@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mellea.core import GenerationChunk, ModelOutputThunk
-from mellea.serve.reading import ThunkReader
+from mellea.serve.choice_reader import ThunkReader
 
 
 async def _pieces(*texts: str):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mellea.serve.parsers import (
+from mellea.core.parsers import (
     TOOL_PARSERS,
     ParsedToolCall,
     StreamDelta,

@@ -1,5 +1,5 @@
 """The request runner on its own: a client leaving, the deadline, a fast failure among
-choices, with no server around it (``mellea.serve.runner``)."""
+choices, with no server around it (``mellea.serve.request_runner``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,15 @@ import pytest
 
 from mellea.core import GenerationChunk, ModelOutputThunk
 from mellea.serve.errors import OpenAIError
-from mellea.serve.runner import CLIENT_LEFT, Choices, Frames, Reply, RequestRunner, RunLimits
-from mellea.serve.stream import ThunkSource
+from mellea.serve.request_runner import (
+    CLIENT_LEFT,
+    Choices,
+    Frames,
+    Reply,
+    RequestRunner,
+    RunLimits,
+    ThunkSource,
+)
 
 
 class Texts(Reply[list[str]]):
@@ -57,7 +64,7 @@ async def test_whole_reply_of_every_choice():
 
 
 async def test_a_client_leaving_cancels_the_generation(monkeypatch):
-    monkeypatch.setattr("mellea.serve.runner.DISCONNECT_POLL_SECONDS", 0.01)
+    monkeypatch.setattr("mellea.serve.request_runner.DISCONNECT_POLL_SECONDS", 0.01)
     closed = asyncio.Event()
     checks = 0
 

@@ -7,8 +7,8 @@ from pydantic import ValidationError
 
 from mellea.backends.local import sampling_params
 from mellea.backends.model_options import ModelOption
+from mellea.serve.chat.arguments import serve_arguments
 from mellea.serve.errors import OpenAIError, param_path
-from mellea.serve.options import serve_arguments
 from mellea.serve.protocol import ChatCompletionRequest
 from mellea.serve.schema import UnsupportedSchemaError, model_from_schema
 

@@ -9,12 +9,12 @@ from typing import Any
 from mellea.core.parsers import ReplyParser
 from mellea.core.thunk import ModelOutputThunk
 from mellea.serve.errors import as_openai_error
+from mellea.serve.frames import Frames, named_events
+from mellea.serve.request_runner import Choices, Reply, ThunkSource
 from mellea.serve.responses.arguments import naming_input
 from mellea.serve.responses.objects import ResponseObject
 from mellea.serve.responses.request import ResponsesRequest
 from mellea.serve.responses.run import CancelSignal, ResponseRun, ResponseSink
-from mellea.serve.runner import Choices, Frames, Reply
-from mellea.serve.stream import ThunkSource, named_events
 
 
 class ResponsesReply(Reply[dict[str, Any]]):
@@ -42,22 +42,14 @@ class ResponsesReply(Reply[dict[str, Any]]):
         """A client error naming the program's chat ``messages`` names ``input`` instead."""
         return naming_input(call)
 
-    def _run(self, source: ThunkSource, choices: Choices) -> ResponseRun:
-        return ResponseRun(
-            source,
-            self.response,
-            self.sink,
-            parser=self.parser,
-            deadline=choices.deadline,
-            cancel=self.cancel,
-            observer=choices.observer,
-            logprobs=self.logprobs,
-            trace=choices.traces[0],
-        )
+    def _run(self, choices: Choices, sources: list[ThunkSource] | None = None) -> ResponseRun:
+        [reader] = choices.readers(sources, [self.parser], self.cancel)
+        return ResponseRun(reader, self.response, self.sink, self.logprobs)
 
     async def whole(self, choices: Choices) -> dict[str, Any]:
-        """Run the response to its end; a failed one raises its error."""
-        run = self._run(choices.tasks[0], choices)
+        """Run the response to its end, from the events a stream sends; a failed one
+        raises its error."""
+        run = self._run(choices)
         async for _ in run.events():
             pass
         if run.failure is not None:
@@ -67,4 +59,4 @@ class ResponsesReply(Reply[dict[str, Any]]):
 
     def events(self, choices: Choices, sources: list[ThunkSource]) -> Frames:
         """The response's events, each with its ``event:`` name."""
-        return named_events(self._run(sources[0], choices).events())
+        return named_events(self._run(choices, sources).events())

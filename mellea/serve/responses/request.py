@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mellea.serve.bounds import (
     MAX_CHOICES,
     MAX_TOP_LOGPROBS,
-    check_body,
     check_metadata,
     check_requirements,
     check_schema,
     check_tool_count,
 )
 from mellea.serve.errors import OpenAIError, param_path
-from mellea.serve.protocol import MAX_INT32
+from mellea.serve.protocol import MAX_INT32, RequestBody
 
 OUTPUT_LOGPROBS = "message.output_text.logprobs"  # the ``include`` value asking for logprobs
 
@@ -73,16 +72,8 @@ class ReasoningConfig(BaseModel):
     generate_summary: Literal["auto", "concise", "detailed"] | None = None  # older name
 
 
-class ResponsesRequest(BaseModel):
-    """A ``POST /v1/responses`` body. Unknown fields are accepted and ignored."""
-
-    model_config = ConfigDict(extra="allow")
-
-    @model_validator(mode="before")
-    @classmethod
-    def bounded_body(cls, data: Any) -> Any:
-        """The whole body within depth, size and Unicode bounds (see ``mellea.serve.bounds``)."""
-        return check_body(data)
+class ResponsesRequest(RequestBody):
+    """A ``POST /v1/responses`` body."""
 
     model: str | None = None
     input: str | list[dict[str, Any]] | None = None

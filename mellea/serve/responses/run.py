@@ -1,45 +1,46 @@
 """One response being generated: the program's reply becomes output items and stream events.
 
-:class:`ResponseRun` reads the thunk once, through the reply parser, and yields every
-stream event from ``response.created`` to the terminal one. A non-streamed request reads
-the same events and answers with the final response, so both paths agree.
+:class:`ResponseRun` renders its choice's events (:mod:`mellea.serve.choice_reader`) as
+every stream event from ``response.created`` to the terminal one. A non-streamed request
+reads the same events and answers with the final response, so both paths agree.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
 from mellea.core.errors import RequestError
-from mellea.core.parsers import ReplyDelta, ReplyParser, new_call_id
-from mellea.core.thunk import ModelOutputThunk
-from mellea.core.trace import ProgramTrace
-from mellea.serve.completion import tool_calls_of, usage_of
+from mellea.core.parsers import new_call_id
+from mellea.serve.choice_events import (
+    ChoiceEvent,
+    Finish,
+    ProgramEvent,
+    ReasoningDelta,
+    Role,
+    TextDelta,
+    ToolCallDelta,
+)
+from mellea.serve.choice_reader import ChoiceReader, ReplyCancelled
+from mellea.serve.closing import close_stream
 from mellea.serve.errors import (
     GENERIC_SERVER_MESSAGE,
     TIMEOUT_MESSAGE,
     OpenAIError,
     StreamTimeoutError,
 )
-from mellea.serve.program_report import program_report, program_usage
-from mellea.serve.reading import ThunkReader
+from mellea.serve.program_report import with_calls
+from mellea.serve.rendering import render_events
 from mellea.serve.responses.objects import ResponseObject, ResponseUsage
 from mellea.serve.responses.output import Event, OutputBuilder
-from mellea.serve.stream import StreamObserver, before
 
 log = logging.getLogger("mellea.serve")
-T = TypeVar("T")
 
 CANCELLED_MESSAGE = "the response was cancelled"
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
-
-
-class ResponseCancelled(Exception):
-    """The response was cancelled through ``POST /v1/responses/{id}/cancel``."""
 
 
 class CancelSignal:
@@ -83,42 +84,31 @@ class ResponseSink(Protocol):
 
 
 class ResponseRun:
-    """Generates one response; :meth:`events` drives it, :attr:`failure` tells why it failed."""
+    """Generates one response from its choice's events; :meth:`events` drives it,
+    :attr:`failure` tells why it failed."""
 
     def __init__(
         self,
-        source: ModelOutputThunk | Awaitable[ModelOutputThunk],
+        reader: ChoiceReader,
         response: ResponseObject,
         sink: ResponseSink,
-        *,
-        parser: ReplyParser | None = None,
-        deadline: float | None = None,
-        cancel: CancelSignal | None = None,
-        observer: StreamObserver | None = None,
         logprobs: bool = False,
-        trace: ProgramTrace | None = None,
     ) -> None:
-        """Prepare a run; nothing happens until :meth:`events` is iterated.
+        """Prepare a run of ``reader``'s choice; nothing happens until :meth:`events` is
+        iterated.
 
         With ``logprobs``, message text carries the thunk's token log-probabilities.
-        With the program's ``trace``, the response carries its report (``mellea``) and
-        usage counts every model call; a live trace's events are sent as they happen,
-        as ``mellea.*`` events.
+        With the program's trace (the reader's), the response carries its report
+        (``mellea``) and usage counts every model call; a live trace's events are sent
+        as they happen, as ``mellea.*`` events.
         """
-        self.source = source
+        self.reader = reader
         self.response = response
         self.sink = sink
-        self.parser = parser
-        self.deadline = deadline
-        self.cancel = cancel
-        self.observer = observer
         self.logprobs = logprobs
-        self.trace = trace
         self.failure: Exception | None = None
         self.final: dict[str, Any] | None = None
         self._sequence = 0
-        self._cancelled: asyncio.Future[None] | None = None
-        self._pending: asyncio.Future[Any] | None = None
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Every stream event of the response, numbered from 0; the last one is terminal.
@@ -127,33 +117,29 @@ class ResponseRun:
         and the response ends ``cancelled``.
         """
         builder = OutputBuilder(self.response.output, self.logprobs)
-        thunk: ModelOutputThunk | None = None
+        entries: list[Any] = []  # the reply's log-probability entries so far
+
+        def render(event: ChoiceEvent) -> list[Event]:
+            """The Responses events one choice event becomes."""
+            if isinstance(event, ProgramEvent):
+                return [{**event.event, "type": f"mellea.{event.event['type']}"}]
+            if isinstance(event, Role):
+                return []
+            if event.logprobs:  # type: ignore[union-attr]
+                entries.extend(event.logprobs)  # type: ignore[union-attr]
+                builder.reply_logprobs(entries)
+            return self._output_events(builder, event)  # type: ignore[arg-type]
+
+        rendered = render_events(self.reader.events(), render)
         settled = False
         try:
             self.sink.started(self.response.wire())
             yield self._stamp({"type": "response.created", "response": self.response.wire()})
             yield self._stamp({"type": "response.in_progress", "response": self.response.wire()})
-            source = self.source
-            if self.trace is not None and self.trace.live:
-                async for event in self._program_events():
-                    yield self._stamp(event)
-            thunk = await self._next(source) if inspect.isawaitable(source) else source
-            reader = ThunkReader(thunk)
-            while True:
-                text = await self._next(reader.next())
-                if text:
-                    if self.observer is not None:
-                        self.observer.on_content()
-                    builder.reply_logprobs(thunk.logprobs)
-                    delta = self.parser.feed(text) if self.parser else ReplyDelta(content=text)
-                    for event in _reply_events(builder, delta):
-                        yield self._stamp(event)
-                elif thunk.is_computed():
-                    break
-            for event in self._ending_events(builder, thunk):
-                yield self._stamp(event)
+            async for item in rendered:
+                yield self._stamp(item)
             settled = True
-        except ResponseCancelled:
+        except ReplyCancelled:
             builder.abandon()
             self.response.status = "cancelled"
             settled = True
@@ -166,132 +152,51 @@ class ResponseRun:
         finally:
             # When the consumer went away, every await here may be cancelled again at once:
             # the bookkeeping is synchronous and comes first, the close is shielded.
-            if self._cancelled is not None:
-                self._cancelled.cancel()
             if not settled:
                 builder.abandon()
                 self.response.status = "cancelled"
                 self.final = self.sink.finished(self.response.wire())
-            if thunk is None:
-                thunk = _unread_thunk(self.source)
-            if thunk is not None and not thunk.is_computed():
-                await asyncio.shield(_close(thunk, self._pending))
+            await close_stream(rendered)
         self.final = self.sink.finished(self.response.wire())
         yield self._stamp(terminal_event(self.final))
 
-    def _ending_events(self, builder: OutputBuilder, thunk: ModelOutputThunk) -> list[Event]:
-        """Flush the parser, add calls the program returned, close the output, settle the status."""
-        builder.reply_logprobs(thunk.logprobs)
-        events = _reply_events(builder, self.parser.finish()) if self.parser else []
-        reason = _INCOMPLETE_REASONS.get(thunk.finish_reason or "")
-        cut = _cut_call_ids(thunk) if reason else set()
-        for call in tool_calls_of(thunk) or []:
-            status = "incomplete" if call.id in cut else "completed"
-            events += builder.function_call(
-                call.id, call.function.name, call.function.arguments, status
-            )
-        events += builder.finish("incomplete" if reason else "completed")
-        usage = program_usage(self.trace, thunk, usage_of(thunk))
+    def _output_events(
+        self, builder: OutputBuilder, event: TextDelta | ReasoningDelta | ToolCallDelta | Finish
+    ) -> list[Event]:
+        """What one event of the choice adds to the output, and the events announcing it."""
+        if isinstance(event, ReasoningDelta):
+            return builder.reasoning(event.text)
+        if isinstance(event, TextDelta):
+            return builder.text(event.text)
+        if isinstance(event, ToolCallDelta):
+            status = "completed" if event.complete else "incomplete"
+            call_id = event.call_id or new_call_id()
+            return builder.function_call(call_id, event.name, event.arguments, status)
+        return self._finish(builder, event)
+
+    def _finish(self, builder: OutputBuilder, finish: Finish) -> list[Event]:
+        """Close the output and settle the status, usage and report."""
+        reason = _INCOMPLETE_REASONS.get(finish.reason)
+        events = builder.finish("incomplete" if reason else "completed")
+        usage = with_calls(finish.usage, list(finish.other_calls))
         response = self.response
         response.usage = ResponseUsage.from_usage(usage) if usage else None
-        response.mellea = program_report(self.trace, thunk)
+        response.mellea = finish.report
         if reason:
             response.status = "incomplete"
             response.incomplete_details = {"reason": reason}
         else:
             response.status = "completed"
             response.completed_at = int(time.time())
-        if self.observer is not None:
-            self.observer.on_finish(usage)
+        observer = self.reader.observer
+        if observer is not None:
+            observer.on_finish(usage)
         return events
-
-    async def _program_events(self) -> AsyncIterator[Event]:
-        """The program's live events until it returns: ``mellea.<type>`` events."""
-        assert self.trace is not None
-        source = self.source
-        work = source if isinstance(source, asyncio.Future) else None
-        events = self.trace.events_while(work)
-        try:
-            while True:
-                try:
-                    event = await self._next(anext(events))
-                except StopAsyncIteration:
-                    return
-                yield {**event, "type": f"mellea.{event['type']}"}
-        finally:
-            await events.aclose()
-
-    async def _next(self, awaitable: Awaitable[T]) -> T:
-        """Await ``awaitable`` unless the deadline passes or the response is cancelled first."""
-        if self.cancel is None:
-            return await before(self.deadline, awaitable)
-        if self._cancelled is None:
-            self._cancelled = asyncio.ensure_future(self.cancel.wait())
-        task = asyncio.ensure_future(awaitable)
-        timeout = None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
-        try:
-            done, _ = await asyncio.wait(
-                {task, self._cancelled}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-        except BaseException:
-            task.cancel()
-            self._pending = task  # the thunk is closed once this has unwound
-            raise
-        if task in done:
-            return task.result()
-        await _stop(task)
-        if self._cancelled in done:
-            raise ResponseCancelled
-        raise StreamTimeoutError
 
     def _stamp(self, event: Event) -> dict[str, Any]:
         stamped = {"type": event["type"], "sequence_number": self._sequence, **event}
         self._sequence += 1
         return stamped
-
-
-async def _stop(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` and let it unwind, so its thunk can be closed after it."""
-    task.cancel()
-    await asyncio.wait({task})
-
-
-def _unread_thunk(source: Any) -> ModelOutputThunk | None:
-    """The program's thunk if the run ended before reading it; a program still running is
-    cancelled (its reply is no longer wanted)."""
-    if isinstance(source, ModelOutputThunk):
-        return source
-    if isinstance(source, asyncio.Future):
-        if not source.done():
-            source.cancel()
-        elif not source.cancelled() and source.exception() is None:
-            return source.result()
-    return None
-
-
-async def _close(thunk: ModelOutputThunk, pending: asyncio.Future[Any] | None) -> None:
-    """Close the thunk once a cancelled read of it has unwound (closing it sooner would
-    find its generator still running)."""
-    if pending is not None:
-        await asyncio.wait({pending})
-    await thunk.aclose()
-
-
-def _cut_call_ids(thunk: ModelOutputThunk) -> set[str]:
-    """The ids of the thunk's tool calls that generation stopped in the middle of."""
-    return {
-        c.id for c in thunk.tool_calls or [] if getattr(c, "partial_arguments", None) is not None
-    }
-
-
-def _reply_events(builder: OutputBuilder, delta: ReplyDelta) -> list[Event]:
-    events = builder.reasoning(delta.reasoning) if delta.reasoning else []
-    if delta.content:
-        events += builder.text(delta.content)
-    for call in delta.tool_calls:
-        call_id = call.id or new_call_id()
-        events += builder.function_call(call_id, call.name or "", call.arguments or "")
-    return events
 
 
 def terminal_event(response: dict[str, Any]) -> Event:

@@ -7,7 +7,9 @@ the program calls as tasks, the wait for a first result before committing a stre
 the whole or streamed reply, cancelling the work when the client leaves, and turning
 failures into OpenAI errors.
 
-Framework-free: the client's presence comes in as an ``is_disconnected`` callable.
+Framework-free: the client's presence comes in as an ``is_disconnected`` callable, and a
+run ends in a whole reply, a :class:`ClientLeft`, or an :class:`~mellea.serve.frames.EventStream`
+of frames that the server writes.
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from starlette.responses import Response
-
+from mellea.core.parsers import ReplyParser
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace
-from mellea.serve.completion import run_program
+from mellea.serve.choice_reader import Cancellation, ChoiceReader, StreamObserver, ThunkSource
+from mellea.serve.closing import stop_sources
+from mellea.serve.deadline import before
 from mellea.serve.errors import as_openai_error
-from mellea.serve.stream import StreamObserver, ThunkSource, before, stream_response
+from mellea.serve.frames import EventStream, Frames
+from mellea.serve.program_call import run_program
 
 log = logging.getLogger("mellea.serve")
 T = TypeVar("T")
@@ -35,8 +39,15 @@ DISCONNECT_POLL_SECONDS = 0.25
 CLIENT_LEFT = 499  # the status of a reply whose client left first; only the access log sees it
 
 IsDisconnected = Callable[[], Awaitable[bool]]
-# SSE events, as :func:`stream_response` sends them (a list: frames sent in one write)
-Frames = AsyncIterator[dict[str, str] | list[dict[str, str]]]
+
+__all__ = ["ClientLeft", "EventStream", "Frames", "Reply", "RequestRunner", "ThunkSource"]
+
+
+@dataclass(frozen=True)
+class ClientLeft:
+    """The end of a whole reply whose client left first (the access log shows 499)."""
+
+    status_code: int = CLIENT_LEFT
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,27 @@ class Choices:
         thunks = [await before(self.deadline, task) for task in self.tasks]
         return await before(self.deadline, make(thunks))
 
+    def readers(
+        self,
+        sources: Sequence[ThunkSource] | None = None,
+        parsers: Sequence[ReplyParser | None] | None = None,
+        cancel: Cancellation | None = None,
+    ) -> list[ChoiceReader]:
+        """One reader per choice, of ``sources`` (by default the program calls), each with
+        its parser, its trace, the deadline and the observer."""
+        sources = self.tasks if sources is None else sources
+        return [
+            ChoiceReader(
+                source,
+                parser=parsers[index] if parsers else None,
+                deadline=self.deadline,
+                trace=self.traces[index] if self.traces else None,
+                cancel=cancel,
+                observer=self.observer,
+            )
+            for index, source in enumerate(sources)
+        ]
+
 
 class Reply(ABC, Generic[T]):
     """How one endpoint turns its choices into a reply (set ``stream`` and ``live``)."""
@@ -127,11 +159,11 @@ class RequestRunner:
         reply: Reply[T],
         is_disconnected: IsDisconnected,
         started: float | None = None,
-    ) -> T | Response:
+    ) -> T | ClientLeft | EventStream:
         """Run the program ``calls`` (one per choice) and answer with ``reply``.
 
-        A whole reply is ``reply.whole``'s result, or a bare 499 when the client left
-        first (which cancels the work); past the deadline it is a 504. A stream starts
+        A whole reply is ``reply.whole``'s result, or :class:`ClientLeft` when the client
+        left first (which cancels the work); past the deadline it is a 504. A stream starts
         once every call has returned or ``first_result_wait`` passed (a live client's
         first program event ends the wait sooner), so a call that fails fast still gets
         its real status. The deadline counts from ``started`` (a ``time.monotonic()``
@@ -143,15 +175,12 @@ class RequestRunner:
         choices = self._start(calls, reply, deadline, started)
         if not reply.stream:
             result = await unless_disconnected(is_disconnected, _whole(reply, choices))
-            return Response(status_code=CLIENT_LEFT) if result is None else result
+            return ClientLeft() if result is None else result
         await self._first_results(choices)
         sources: list[ThunkSource] = [
             task.result() if task.done() else task for task in choices.tasks
         ]
-        return stream_response(
-            reply.events(choices, sources),
-            keepalive_seconds=self.limits.keepalive_seconds,
-        )
+        return EventStream(reply.events(choices, sources), self.limits.keepalive_seconds)
 
     def _start(
         self,
@@ -184,7 +213,7 @@ class RequestRunner:
                 if task.done():
                     task.result()
         except BaseException:
-            await stop(choices.tasks)
+            await stop_sources(choices.tasks)
             raise
         finally:
             for waiter in events:
@@ -199,18 +228,7 @@ async def _whole(reply: Reply[T], choices: Choices) -> T:
     except Exception as exc:
         raise as_openai_error(exc) from None
     finally:
-        await stop(choices.tasks)
-
-
-async def stop(tasks: list[asyncio.Future[ModelOutputThunk]]) -> None:
-    """Cancel program calls still running and close the thunks still generating."""
-    for task in tasks:
-        task.cancel()
-    for task in tasks:
-        if task.done() and not task.cancelled() and task.exception() is None:
-            thunk = task.result()
-            if not thunk.is_computed():
-                await thunk.aclose()
+        await stop_sources(choices.tasks)
 
 
 async def unless_disconnected(is_disconnected: IsDisconnected, work: Awaitable[T]) -> T | None:

@@ -1,11 +1,12 @@
-"""The stream response (mellea/serve/sse.py) driven by hand over raw ASGI messages."""
+"""The stream response (cli/serve/event_stream.py) driven by hand over raw ASGI messages."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 
-from mellea.serve.sse import Closing, EventStreamResponse
+from cli.serve.event_stream import EventStreamResponse
+from mellea.serve.frames import Closing
 
 SCOPE = {"type": "http", "method": "GET", "path": "/", "headers": []}
 
@@ -127,16 +128,13 @@ async def _items(events: AsyncIterator[object]) -> list[object]:
 
 async def test_one_choice_sends_its_finish_usage_and_done_with_the_end_of_the_body():
     from mellea.core.thunk import ModelOutputThunk
-    from mellea.serve.stream import chat_completion_events
+    from mellea.serve.chat.reply import ChatContext, ChatReply
+    from mellea.serve.request_runner import Choices
 
     def events(n: int) -> AsyncIterator[object]:
-        return chat_completion_events(
-            [ModelOutputThunk("hello") for _ in range(n)],
-            [None] * n,
-            completion_id="chatcmpl-1",
-            created=0,
-            model="m",
-            include_usage=True,
+        context = ChatContext(id="chatcmpl-1", created=0, model="m", include_usage=True)
+        return ChatReply(context, [None] * n).events(
+            Choices([], [], None, None), [ModelOutputThunk("hello") for _ in range(n)]
         )
 
     role, content, last = await _items(events(1))

@@ -43,7 +43,7 @@ def run(settings: ServeSettings) -> int:
         settings.to_env()
         _announce(settings)
         uvicorn.run(
-            "cli.serve.runner:app_from_env", factory=True, workers=settings.workers, **common
+            "cli.serve.server:app_from_env", factory=True, workers=settings.workers, **common
         )
         return 0
     app = _build_or_exit(settings, on_ready=lambda: _announce(settings))

@@ -1,4 +1,5 @@
-"""The HTTP side of a stream: Server-Sent Events written to the client as they come.
+"""The HTTP side of a reply: Server-Sent Events written to the client as they come, and
+the request runner's results as responses.
 
 Frames are encoded by ``sse_starlette`` (:class:`ServerSentEvent`); this response
 sends them with one helper task per stream, which waits for the client to leave and
@@ -18,10 +19,15 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 from sse_starlette.event import ServerSentEvent
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from mellea.serve.closing import close_stream
+from mellea.serve.frames import Closing, EventStream
+from mellea.serve.request_runner import ClientLeft
 
 KEEPALIVE_COMMENT = ServerSentEvent(comment="ping").encode()
 STREAM_HEADERS = {
@@ -29,10 +35,6 @@ STREAM_HEADERS = {
     "Connection": "keep-alive",
     "X-Accel-Buffering": "no",
 }
-
-
-class Closing(list):
-    """The last frames of a stream: sent in one write with the end of the body."""
 
 
 class EventStreamResponse(Response):
@@ -87,7 +89,7 @@ class EventStreamResponse(Response):
             self._left = True
         finally:
             watcher.cancel()
-            await close_events(self.events)
+            await close_stream(self.events)
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
 
@@ -121,11 +123,11 @@ def _body(data: bytes, more: bool = True) -> dict:
     return {"type": "http.response.body", "body": data, "more_body": more}
 
 
-async def close_events(events: AsyncIterator[object]) -> None:
-    """Close ``events`` (an async generator, or anything with ``aclose``), shielded from
-    cancellation so that its cleanup (e.g. aborting a generation) runs to the end. A
-    generator that has already ended needs nothing, and so costs no task."""
-    closer = getattr(events, "aclose", None)
-    if closer is None or getattr(events, "ag_frame", True) is None:
-        return
-    await asyncio.shield(closer())
+def as_response(result: Any) -> Any:
+    """The response for what the request runner returned: a stream, a bare 499 for a
+    client that left, else the whole reply itself (FastAPI writes it as JSON)."""
+    if isinstance(result, EventStream):
+        return EventStreamResponse(result.frames, keepalive_seconds=result.keepalive_seconds)
+    if isinstance(result, ClientLeft):
+        return Response(status_code=result.status_code)
+    return result

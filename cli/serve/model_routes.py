@@ -1,0 +1,37 @@
+"""``GET /v1/models``: the one model this server serves, the program."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from cli.serve.describe import describe_program
+from mellea.serve.errors import OpenAIError
+from mellea.serve.protocol import ModelCard, ModelList
+
+router = APIRouter()
+
+
+def model_card(request: Request) -> ModelCard:
+    """The served program as a model: its docstring and the parameters ``serve()`` declares."""
+    state = request.app.state
+    return ModelCard(id=state.settings.served_model_name, mellea=describe_program(state.program))
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> ModelList:
+    """The one model this server serves: the program."""
+    return ModelList(data=[model_card(request)])
+
+
+@router.get("/v1/models/{model_id:path}")
+async def retrieve_model(model_id: str, request: Request) -> ModelCard:
+    """The served program as a model: its docstring and the parameters ``serve()`` declares."""
+    model_name = request.app.state.settings.served_model_name
+    if model_id != model_name:
+        raise OpenAIError(
+            404,
+            f"no model {model_id!r}; this server serves {model_name!r}",
+            param="model",
+            code="model_not_found",
+        )
+    return model_card(request)

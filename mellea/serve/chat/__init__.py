@@ -1,0 +1,1 @@
+"""``/v1/chat/completions``: the reply's context, its renderers, whole and streamed."""

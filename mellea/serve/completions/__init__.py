@@ -1,0 +1,1 @@
+"""``/v1/completions`` (the legacy text completions): its request, objects, renderers, reply."""

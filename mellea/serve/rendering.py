@@ -1,0 +1,76 @@
+"""Rendering one choice's events: the loop every endpoint's renderer runs, and the fold
+a whole reply is built from.
+
+A stream renderer is a function from one :mod:`choice event <mellea.serve.choice_events>`
+to the items it sends (none, one or several); :func:`render_events` runs it over a
+choice. :func:`fold_choice` gathers the same events into a :class:`WholeChoice`, so a
+whole reply holds exactly what its stream would have sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from mellea.serve.choice_events import (
+    ChoiceEvent,
+    Failed,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+)
+from mellea.serve.closing import close_stream
+
+T = TypeVar("T")
+
+
+async def render_events(
+    events: AsyncIterator[ChoiceEvent], render: Callable[[ChoiceEvent], Iterable[T]]
+) -> AsyncIterator[T]:
+    """What ``render`` makes of each event, in order; a :class:`Failed` choice raises its
+    error. Stopping early closes the choice (and so its generation)."""
+    try:
+        async for event in events:
+            if type(event) is Failed:
+                raise event.error  # type: ignore[union-attr]
+            for item in render(event):
+                yield item
+    finally:
+        await close_stream(events)
+
+
+@dataclass
+class WholeChoice:
+    """One choice's events gathered: its text, reasoning, tool calls, every
+    log-probability entry, and its finish."""
+
+    text: str = ""
+    reasoning: str = ""
+    calls: list[ToolCallDelta] = field(default_factory=list)
+    logprobs: list[Any] = field(default_factory=list)
+    finish: Finish | None = None
+
+    def add(self, event: ChoiceEvent) -> Iterable[None]:
+        """Take one event in (a renderer for :func:`render_events` that sends nothing)."""
+        self.logprobs += getattr(event, "logprobs", ())
+        if isinstance(event, TextDelta):
+            self.text += event.text
+        elif isinstance(event, ReasoningDelta):
+            self.reasoning += event.text
+        elif isinstance(event, ToolCallDelta):
+            self.calls.append(event)
+        elif isinstance(event, Finish):
+            self.finish = event
+        return ()
+
+
+async def fold_choice(events: AsyncIterator[ChoiceEvent]) -> tuple[WholeChoice, Finish]:
+    """A choice's events gathered into one :class:`WholeChoice` (a failed choice raises),
+    with its finish."""
+    whole = WholeChoice()
+    async for _ in render_events(events, whole.add):
+        pass
+    assert whole.finish is not None, "a choice's events end with its finish or its failure"
+    return whole, whole.finish
