@@ -51,7 +51,7 @@ class ReasoningDelta:
 
 
 @dataclass(frozen=True)
-class ToolCallDelta:
+class ToolCallEvent:
     """One whole tool call, found in the text or returned by the backend.
 
     ``complete`` is false when generation stopped in the middle of the call.
@@ -86,4 +86,4 @@ class Failed:
     error: Exception
 
 
-ChoiceEvent = ProgramEvent | Role | TextDelta | ReasoningDelta | ToolCallDelta | Finish | Failed
+ChoiceEvent = ProgramEvent | Role | TextDelta | ReasoningDelta | ToolCallEvent | Finish | Failed

@@ -25,7 +25,7 @@ from mellea.serve.choice_events import (
     ReasoningDelta,
     Role,
     TextDelta,
-    ToolCallDelta,
+    ToolCallEvent,
 )
 from mellea.serve.closing import close_source
 from mellea.serve.deadline import before
@@ -186,17 +186,17 @@ class ChoiceReader:
             yield TextDelta(delta.content, self._new_logprobs())
         for call in delta.tool_calls:
             self._calls += 1
-            yield ToolCallDelta(
+            yield ToolCallEvent(
                 call.id, call.name or "", call.arguments or "", logprobs=self._new_logprobs()
             )
 
-    def _returned_calls(self, thunk: ModelOutputThunk) -> Iterator[ToolCallDelta]:
+    def _returned_calls(self, thunk: ModelOutputThunk) -> Iterator[ToolCallEvent]:
         """The calls the backend returned beside the text (cut ones when it stopped short)."""
         cut = thunk.finish_reason in ("length", "content_filter")
         for call in thunk.tool_calls or []:
             self._calls += 1
             partial = call.partial_arguments is not None
-            yield ToolCallDelta(
+            yield ToolCallEvent(
                 call.id,
                 call.name,
                 call.arguments_json,

@@ -19,7 +19,7 @@ from mellea.serve.choice_events import (
     Finish,
     ReasoningDelta,
     TextDelta,
-    ToolCallDelta,
+    ToolCallEvent,
 )
 from mellea.serve.closing import close_stream
 
@@ -48,7 +48,7 @@ class WholeChoice:
 
     text: str = ""
     reasoning: str = ""
-    calls: list[ToolCallDelta] = field(default_factory=list)
+    calls: list[ToolCallEvent] = field(default_factory=list)
     logprobs: list[Any] = field(default_factory=list)
     finish: Finish | None = None
 
@@ -59,7 +59,7 @@ class WholeChoice:
             self.text += event.text
         elif isinstance(event, ReasoningDelta):
             self.reasoning += event.text
-        elif isinstance(event, ToolCallDelta):
+        elif isinstance(event, ToolCallEvent):
             self.calls.append(event)
         elif isinstance(event, Finish):
             self.finish = event

@@ -128,11 +128,11 @@ async def _items(events: AsyncIterator[object]) -> list[object]:
 
 async def test_one_choice_sends_its_finish_usage_and_done_with_the_end_of_the_body():
     from mellea.core.thunk import ModelOutputThunk
-    from mellea.serve.chat.reply import ChatContext, ChatReply
+    from mellea.serve.chat.reply import ChatReply, ChatReplyContext
     from mellea.serve.request_runner import Choices
 
     def events(n: int) -> AsyncIterator[object]:
-        context = ChatContext(id="chatcmpl-1", created=0, model="m", include_usage=True)
+        context = ChatReplyContext(id="chatcmpl-1", created=0, model="m", include_usage=True)
         return ChatReply(context, [None] * n).events(
             Choices([], [], None, None), [ModelOutputThunk("hello") for _ in range(n)]
         )

@@ -66,7 +66,7 @@ class ChatChunks:
         elif kind is events_of.ReasoningDelta:
             self.pending += event.logprobs  # type: ignore[union-attr]
             yield self._chunk(Delta(reasoning_content=event.text))  # type: ignore[union-attr]
-        elif kind is events_of.ToolCallDelta:
+        elif kind is events_of.ToolCallEvent:
             self.pending += event.logprobs  # type: ignore[union-attr]
             yield from self._call_chunks(event)  # type: ignore[arg-type]
         elif kind is events_of.Finish:
@@ -83,7 +83,7 @@ class ChatChunks:
         self.pending = []
         return ChunkChoice(index=self.index, delta=delta, logprobs=entries, finish_reason=finish)
 
-    def _call_chunks(self, event: events_of.ToolCallDelta) -> Iterator[ChunkChoice]:
+    def _call_chunks(self, event: events_of.ToolCallEvent) -> Iterator[ChunkChoice]:
         self.calls += 1
         if self.functions:
             if self.calls == 1:

@@ -27,13 +27,13 @@ from mellea.serve.usage import Tally
 
 
 @dataclass(frozen=True)
-class ChatContext(ReplyContext):
+class ChatReplyContext(ReplyContext):
     """A chat request's side of its reply; ``functions``: it used the deprecated form."""
 
     functions: bool = False
 
     @classmethod
-    def of(cls, body: ChatCompletionRequest, model: str) -> ChatContext:
+    def of(cls, body: ChatCompletionRequest, model: str) -> ChatReplyContext:
         """The context of a reply to ``body`` served as ``model``."""
         return cls(
             id=new_completion_id(),
@@ -50,9 +50,9 @@ class ChatContext(ReplyContext):
 class ChatReply(ChoicesReply[ChatCompletion]):
     """A chat completion: each choice's events rendered as chunks, or folded whole."""
 
-    context: ChatContext
+    context: ChatReplyContext
 
-    def __init__(self, context: ChatContext, parsers: list[ReplyParser | None]) -> None:
+    def __init__(self, context: ChatReplyContext, parsers: list[ReplyParser | None]) -> None:
         """The reply for ``context``, with a fresh parser (or none) for each choice (one
         prompt: ``n`` is the number of choices)."""
         super().__init__(context)

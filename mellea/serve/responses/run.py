@@ -22,7 +22,7 @@ from mellea.serve.choice_events import (
     ReasoningDelta,
     Role,
     TextDelta,
-    ToolCallDelta,
+    ToolCallEvent,
 )
 from mellea.serve.choice_reader import ChoiceReader, ReplyCancelled
 from mellea.serve.closing import close_stream
@@ -161,14 +161,14 @@ class ResponseRun:
         yield self._stamp(terminal_event(self.final))
 
     def _output_events(
-        self, builder: OutputBuilder, event: TextDelta | ReasoningDelta | ToolCallDelta | Finish
+        self, builder: OutputBuilder, event: TextDelta | ReasoningDelta | ToolCallEvent | Finish
     ) -> list[Event]:
         """What one event of the choice adds to the output, and the events announcing it."""
         if isinstance(event, ReasoningDelta):
             return builder.reasoning(event.text)
         if isinstance(event, TextDelta):
             return builder.text(event.text)
-        if isinstance(event, ToolCallDelta):
+        if isinstance(event, ToolCallEvent):
             status = "completed" if event.complete else "incomplete"
             call_id = event.call_id or new_call_id()
             return builder.function_call(call_id, event.name, event.arguments, status)
