@@ -122,6 +122,9 @@ class ResponseStore:
                         self._db.execute(statement)
             self._db.execute(_INDEX)
 
+    def check(self) -> None:
+        """Nothing to check: SQLite is a file (or memory) of this machine, never away."""
+
     def close(self) -> None:
         """Close the database connection."""
         with self._lock:
