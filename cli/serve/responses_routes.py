@@ -20,11 +20,12 @@ from mellea.serve.errors import OpenAIError
 from mellea.serve.responses import (
     CancelSignal,
     ResponsesRequest,
-    ResponseStore,
+    Store,
     StoredResponse,
     check_request,
     input_items,
     new_response,
+    open_store,
     replay_events,
     serve_arguments,
 )
@@ -50,15 +51,17 @@ def add_responses_routes(
 
     ``reply_parser(request)`` gives fresh parsers for one reply (it reads ``tools`` and
     ``tool_choice``). Responses are kept, within the count, age and size bounds of the
-    settings, in SQLite: the file ``settings.responses_db`` (shared by worker processes)
-    or, without one, an in-memory database of this app. A response belongs to the
-    tenant (API key) that created it; to any other it does not exist.
+    settings, where ``settings.responses_db`` says: a PostgreSQL URL (shared by replicas),
+    a SQLite file (shared by worker processes) or, without one, an in-memory database of
+    this app. A response belongs to the tenant (API key) that created it; to any other it
+    does not exist.
     """
-    store = ResponseStore(
+    store = open_store(
         settings.responses_db,
         settings.responses_max_count,
         settings.responses_max_age,
         settings.responses_max_bytes,
+        lease=settings.responses_lease,
     )
     app.state.responses_store = store
     running: dict[str, _Running] = {}
@@ -72,6 +75,8 @@ def add_responses_routes(
         started = time.monotonic()
         owner = tenant_of(request.scope)
         tools = check_request(body)
+        if body.stores:
+            store.check()  # a database known to be down: 503 before anything runs
         history = _history(store, body.previous_response_id, owner)
         # Looking referred items up scans the stored responses: off the loop.
         refers = isinstance(body.input, list) and any(
@@ -207,7 +212,7 @@ class _Running:
 class _Sink:
     """Keeps a run's response in the store (if the request asked to) and tracks it while it runs."""
 
-    store: ResponseStore
+    store: Store
     record: StoredResponse | None
     running: dict[str, _Running]
     state: _Running
@@ -229,7 +234,7 @@ class _Sink:
         return self.store.finish(response) or response
 
 
-def _history(store: ResponseStore, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
+def _history(store: Store, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
     """The conversation a ``previous_response_id`` continues (its instructions stay behind)."""
     if previous_id is None:
         return []
@@ -251,7 +256,7 @@ def _history(store: ResponseStore, previous_id: str | None, owner: str) -> list[
 
 
 def _cancel_check(
-    store: ResponseStore, response_id: str, record: StoredResponse | None
+    store: Store, response_id: str, record: StoredResponse | None
 ) -> Callable[[], bool] | None:
     """With a shared store, a cancel may reach another worker: the run polls the store."""
     if record is None or not store.shared:
@@ -259,7 +264,7 @@ def _cancel_check(
     return lambda: store.status(response_id) == "cancelled"
 
 
-def _stored(store: ResponseStore, response_id: str, owner: str) -> StoredResponse:
+def _stored(store: Store, response_id: str, owner: str) -> StoredResponse:
     """The tenant's stored response (another tenant's is as unknown as a missing one)."""
     stored = store.get(response_id, owner)
     if stored is None:
