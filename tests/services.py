@@ -143,7 +143,8 @@ def postgres(durable: bool = False) -> Iterator[Postgres]:
                 "PostgreSQL refuses to run as root and there is no 'postgres' user"
             ) from None
         user = "postgres"
-    base = Path(tempfile.mkdtemp(prefix="mellea-pg-"))
+    # Another user must reach the directory: /tmp, not a TMPDIR under root's home.
+    base = Path(tempfile.mkdtemp(prefix="mellea-pg-", dir="/tmp" if user else None))
     data = base / "data"
     if user is not None:
         shutil.chown(base, user)

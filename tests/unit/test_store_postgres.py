@@ -78,5 +78,7 @@ def test_the_store_outlives_a_database_restart(pg_server, pg_url):
             time.sleep(0.1)
     assert store.get("before").status == "completed", "recovered without a new store"
     store.create(StoredResponse({"id": "after", "status": "completed"}))
-    assert open_store(pg_url).get("after") is not None
+    fresh = open_store(pg_url)
+    assert fresh.get("after") is not None
+    fresh.close()
     store.close()
