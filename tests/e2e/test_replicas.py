@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +25,7 @@ import psycopg
 import pytest
 
 from tests.conftest import missing_service
-from tests.server import PROGRAMS, Server, serve, sse_events
+from tests.server import PROGRAMS, ROOT, Server, serve, sse_events
 from tests.services import Nginx, Postgres, ServiceUnavailable, nginx
 
 pytestmark = pytest.mark.e2e
@@ -88,6 +90,30 @@ def served_responses(replica: Server) -> float:
         and 'route="/v1/responses"' in line
         and 'status="200"' in line
     )
+
+
+def m_serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``m serve echo.py ARGS`` expected to stop at start."""
+    command = [sys.executable, "-m", "cli.main", "serve", str(PROGRAMS / "echo.py"), *args]
+    environment = {**os.environ, **(env or {})}
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=60, env=environment
+    )
+
+
+def test_a_database_the_server_cannot_use_stops_it_at_start(pg_server: Postgres):
+    newer = pg_server.create_database("newer_schema")
+    with psycopg.connect(newer) as conn:
+        conn.execute("CREATE TABLE mellea_schema_version (version integer NOT NULL)")
+        conn.execute("INSERT INTO mellea_schema_version VALUES (99)")
+    result = m_serve("--responses-db", newer)
+    assert result.returncode == 1
+    assert "schema version 99, newer than the 1 this m serve knows" in result.stderr
+    assert "Traceback" not in result.stderr
+    missing = m_serve(env={"DATABASE_URL": pg_server.database_url("nowhere")})
+    assert missing.returncode == 1 and "cannot open the responses database" in missing.stderr
+    wrong = m_serve("--responses-db", "mysql://db/responses")
+    assert wrong.returncode != 0 and "mysql:// databases are not supported" in wrong.stderr
 
 
 def test_a_conversation_spread_over_the_replicas_reads_back_whole(fleet: Fleet):
