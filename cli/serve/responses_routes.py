@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,6 +30,7 @@ from mellea.serve.responses import (
     serve_arguments,
 )
 from mellea.serve.responses.reply import ResponsesReply
+from mellea.serve.responses.store_api import store_call
 from mellea.serve.responses.truncation import call_fitting
 from mellea.serve.runner import RequestRunner
 from mellea.serve.stream import named_events, stream_response
@@ -77,7 +78,7 @@ def add_responses_routes(
         tools = check_request(body)
         if body.stores:
             store.check()  # a database known to be down: 503 before anything runs
-        history = _history(store, body.previous_response_id, owner)
+        history = await _history(store, body.previous_response_id, owner)
         # Looking referred items up scans the stored responses: off the loop.
         refers = isinstance(body.input, list) and any(
             item.get("type") == "item_reference" for item in body.input
@@ -115,7 +116,7 @@ def add_responses_routes(
         With ``stream=true`` its events are sent again, after ``starting_after`` if given;
         a response still running is replayed once it ends.
         """
-        stored = _stored(store, response_id, tenant_of(request.scope))
+        stored = await _stored(store, response_id, tenant_of(request.scope))
         if not stream:
             return JSONResponse(stored.response)
         return stream_response(
@@ -127,9 +128,12 @@ def add_responses_routes(
         response_id: str, starting_after: int | None
     ) -> AsyncGenerator[dict[str, Any], None]:
         deadline = time.monotonic() + (settings.request_timeout or REPLAY_WAIT_SECONDS)
-        while store.status(response_id) == "in_progress" and time.monotonic() < deadline:
+        while (
+            await store_call(store, store.status, response_id) == "in_progress"
+            and time.monotonic() < deadline
+        ):
             await asyncio.sleep(REPLAY_POLL_SECONDS)
-        stored = store.get(response_id)
+        stored = await store_call(store, store.get, response_id)
         if stored is None or stored.status == "in_progress":
             state = "was deleted" if stored is None else "is still in progress"
             message = f"response {response_id!r} {state}"
@@ -141,7 +145,7 @@ def add_responses_routes(
     @app.delete("/v1/responses/{response_id}", response_model=None)
     async def delete_response(request: Request, response_id: str) -> Response:
         """Forget a stored response."""
-        if not store.delete(response_id, tenant_of(request.scope)):
+        if not await store_call(store, store.delete, response_id, tenant_of(request.scope)):
             raise _not_found(response_id)
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
@@ -154,7 +158,7 @@ def add_responses_routes(
         after: str | None = None,
     ) -> Response:
         """The input items the response was created with, a page at a time."""
-        items = _stored(store, response_id, tenant_of(request.scope)).input
+        items = (await _stored(store, response_id, tenant_of(request.scope))).input
         if order == "desc":
             items = items[::-1]
         if after is not None:
@@ -176,7 +180,7 @@ def add_responses_routes(
     @app.post("/v1/responses/{response_id}/cancel", response_model=None)
     async def cancel_response(request: Request, response_id: str) -> Response:
         """Stop a response still being generated; it ends ``cancelled`` with what it had."""
-        result = store.cancel(response_id, tenant_of(request.scope))
+        result = await store_call(store, store.cancel, response_id, tenant_of(request.scope))
         if result is None:
             raise _not_found(response_id)
         before, response = result
@@ -196,7 +200,7 @@ def add_responses_routes(
                 log.warning(
                     "response %s did not stop within %.0f s", response_id, CANCEL_WAIT_SECONDS
                 )
-        stored = store.get(response_id)
+        stored = await store_call(store, store.get, response_id)
         return JSONResponse(stored.response if stored is not None else response)
 
 
@@ -218,27 +222,33 @@ class _Sink:
     state: _Running
     owner: str  # the tenant the stored response belongs to
 
-    def started(self, response: dict[str, Any]) -> None:
+    def started(self, response: dict[str, Any]) -> Awaitable[None] | None:
         """Store the in-progress response and make it cancellable."""
         self.running[response["id"]] = self.state
-        if self.record is not None:
-            self.record.response = response
-            self.store.create(self.record, self.owner)
+        if self.record is None:
+            return None
+        self.record.response = response
+        return store_call(self.store, self.store.create, self.record, self.owner)
 
-    def finished(self, response: dict[str, Any]) -> dict[str, Any]:
+    def finished(self, response: dict[str, Any]) -> Awaitable[dict[str, Any]] | dict[str, Any]:
         """Store the final response; a cancel that came first keeps its status."""
         self.running.pop(response["id"], None)
         self.state.done.set()
         if self.record is None:
             return response
-        return self.store.finish(response) or response
+        return _or(store_call(self.store, self.store.finish, response), response)
 
 
-def _history(store: Store, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
+async def _or(stored: Awaitable[dict[str, Any] | None], fallback: dict[str, Any]) -> dict[str, Any]:
+    """What the store wrote, or ``fallback`` if the response was deleted meanwhile."""
+    return await stored or fallback
+
+
+async def _history(store: Store, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
     """The conversation a ``previous_response_id`` continues (its instructions stay behind)."""
     if previous_id is None:
         return []
-    previous = store.get(previous_id, owner)
+    previous = await store_call(store, store.get, previous_id, owner)
     if previous is None:
         raise OpenAIError(
             400,
@@ -257,16 +267,20 @@ def _history(store: Store, previous_id: str | None, owner: str) -> list[dict[str
 
 def _cancel_check(
     store: Store, response_id: str, record: StoredResponse | None
-) -> Callable[[], bool] | None:
+) -> Callable[[], Awaitable[bool]] | None:
     """With a shared store, a cancel may reach another worker: the run polls the store."""
     if record is None or not store.shared:
         return None
-    return lambda: store.status(response_id) == "cancelled"
+
+    async def cancelled() -> bool:
+        return await store_call(store, store.status, response_id) == "cancelled"
+
+    return cancelled
 
 
-def _stored(store: Store, response_id: str, owner: str) -> StoredResponse:
+async def _stored(store: Store, response_id: str, owner: str) -> StoredResponse:
     """The tenant's stored response (another tenant's is as unknown as a missing one)."""
-    stored = store.get(response_id, owner)
+    stored = await store_call(store, store.get, response_id, owner)
     if stored is None:
         raise _not_found(response_id)
     return stored

@@ -46,10 +46,13 @@ class CancelSignal:
     """Set when a response is cancelled.
 
     In this process :meth:`set` takes effect at once; ``check`` (when given) is polled
-    every ``interval`` seconds, for a cancel that reached another worker process.
+    every ``interval`` seconds, for a cancel that reached another worker process or
+    replica (it may return an awaitable, for a store that waits on a database).
     """
 
-    def __init__(self, check: Callable[[], bool] | None = None, interval: float = 0.5) -> None:
+    def __init__(
+        self, check: Callable[[], bool | Awaitable[bool]] | None = None, interval: float = 0.5
+    ) -> None:
         """A signal that is not set yet."""
         self._event = asyncio.Event()
         self._check = check
@@ -68,17 +71,21 @@ class CancelSignal:
             try:
                 await asyncio.wait_for(self._event.wait(), self._interval)
             except TimeoutError:
-                if self._check():
+                if await _settled(self._check()):
                     self._event.set()
 
 
 class ResponseSink(Protocol):
-    """Where a run reports its response (the server stores it)."""
+    """Where a run reports its response (the server stores it).
 
-    def started(self, response: dict[str, Any]) -> None:
+    Either method may return an awaitable instead (a store that waits on a database);
+    the run awaits it before going on.
+    """
+
+    def started(self, response: dict[str, Any]) -> Awaitable[None] | None:
         """The response exists, ``in_progress``."""
 
-    def finished(self, response: dict[str, Any]) -> dict[str, Any]:
+    def finished(self, response: dict[str, Any]) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """The response ended; returns its final form (a cancel may have changed the status)."""
 
 
@@ -129,8 +136,9 @@ class ResponseRun:
         builder = OutputBuilder(self.response.output, self.logprobs)
         thunk: ModelOutputThunk | None = None
         settled = False
+        finishing: asyncio.Future[dict[str, Any]] | None = None
         try:
-            self.sink.started(self.response.wire())
+            await _settled(self.sink.started(self.response.wire()))
             yield self._stamp({"type": "response.created", "response": self.response.wire()})
             yield self._stamp({"type": "response.in_progress", "response": self.response.wire()})
             source = self.source
@@ -171,12 +179,18 @@ class ResponseRun:
             if not settled:
                 builder.abandon()
                 self.response.status = "cancelled"
-                self.final = self.sink.finished(self.response.wire())
+                final = self.sink.finished(self.response.wire())
+                if inspect.isawaitable(final):  # the store's write goes on if we are cancelled
+                    finishing = asyncio.ensure_future(final)
+                else:
+                    self.final = final
             if thunk is None:
                 thunk = _unread_thunk(self.source)
             if thunk is not None and not thunk.is_computed():
                 await asyncio.shield(_close(thunk, self._pending))
-        self.final = self.sink.finished(self.response.wire())
+            if finishing is not None:
+                self.final = await asyncio.shield(finishing)
+        self.final = await _settled(self.sink.finished(self.response.wire()))
         yield self._stamp(terminal_event(self.final))
 
     def _ending_events(self, builder: OutputBuilder, thunk: ModelOutputThunk) -> list[Event]:
@@ -248,6 +262,11 @@ class ResponseRun:
         stamped = {"type": event["type"], "sequence_number": self._sequence, **event}
         self._sequence += 1
         return stamped
+
+
+async def _settled(value: T | Awaitable[T]) -> T:
+    """``value``, awaited if it is awaitable."""
+    return await value if inspect.isawaitable(value) else value
 
 
 async def _stop(task: asyncio.Future[Any]) -> None:

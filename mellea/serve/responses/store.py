@@ -91,6 +91,8 @@ class ResponseStore:
     methods taking ``owner`` act only on that owner's responses (``None``: on any).
     """
 
+    executor = None  # short local transactions: called right on the event loop
+
     def __init__(
         self,
         path: str | None = None,

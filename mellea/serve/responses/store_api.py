@@ -8,7 +8,11 @@ for replicas on several machines). The PostgreSQL driver is imported only when a
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, Protocol, TypeVar
 
 from mellea.serve.errors import OpenAIError
 from mellea.serve.responses.store import (
@@ -19,6 +23,7 @@ from mellea.serve.responses.store import (
     StoredResponse,
 )
 
+T = TypeVar("T")
 DATABASE_SCHEMES = ("postgresql://", "postgres://")
 UNAVAILABLE_MESSAGE = (
     "the store of responses cannot be reached right now; try again in a few seconds"
@@ -45,6 +50,7 @@ class Store(Protocol):
     """
 
     shared: bool  # other processes see the same responses (a cancel may come from them)
+    executor: Executor | None  # the threads its calls run on (None: the caller's, at once)
 
     def check(self) -> None:
         """Raise :class:`StoreUnavailable` at once if the database is known to be down."""
@@ -74,6 +80,21 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Let the database go."""
+
+
+def store_call(store: Store, method: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """``method(*args)`` of ``store`` as a future: on the store's own threads where it has
+    some (a database's round trips and commits never hold up the event loop), else done
+    at once. Once called, the work goes on even if nobody awaits the future."""
+    loop = asyncio.get_running_loop()
+    if store.executor is not None:
+        return loop.run_in_executor(store.executor, functools.partial(method, *args))
+    future: asyncio.Future[T] = loop.create_future()
+    try:
+        future.set_result(method(*args))
+    except Exception as exc:
+        future.set_exception(exc)
+    return future
 
 
 def is_database_url(location: str | None) -> bool:

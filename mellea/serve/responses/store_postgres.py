@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -65,7 +66,7 @@ _EVICT_LOCK = 0x6D6C_0002
 _LIVE = "(created >= %(oldest)s OR status = 'in_progress') AND (%(owner)s::text IS NULL OR owner = %(owner)s)"
 LEASE_SECONDS = 10.0
 PROBE_SECONDS = 0.5  # how often a store whose database is down tries it again
-POOL_WAIT_SECONDS = 5.0  # how long a call waits for a free connection of the pool
+POOL_WAIT_SECONDS = 2.0  # how long a call waits for a working connection of the pool
 ORPHAN_ERROR = {
     "code": "server_error",
     "message": "the server generating this response stopped before it finished",
@@ -94,7 +95,7 @@ class PostgresStore:
         max_bytes: int | None = DEFAULT_MAX_BYTES,
         *,
         lease: float = LEASE_SECONDS,
-        pool_size: int = 4,
+        pool_size: int = 8,
     ) -> None:
         """Connect, create or migrate the schema, and start renewing leases.
 
@@ -104,6 +105,7 @@ class PostgresStore:
         self.max_age = max_age
         self.max_bytes = max_bytes
         self.lease = lease
+        self._url = url
         self._where = _describe(url)
         self._pool = ConnectionPool(
             url,
@@ -111,6 +113,9 @@ class PostgresStore:
             max_size=pool_size,
             kwargs={"autocommit": True, "connect_timeout": 5, "application_name": "m serve"},
             open=False,
+            # A connection the database closed (it restarted) is replaced before use, so
+            # the first call after a restart finds it, not a 503.
+            check=ConnectionPool.check_connection,
             timeout=POOL_WAIT_SECONDS,
             name="mellea-responses",
         )
@@ -127,6 +132,9 @@ class PostgresStore:
         except StoreError:
             self._pool.close()
             raise
+        # Calls made through store_call run here, one connection each: while one waits
+        # for a commit to reach the disk, the others go on (and PostgreSQL commits together).
+        self.executor = ThreadPoolExecutor(pool_size, thread_name_prefix="responses-store")
         self._running: set[str] = set()  # responses in progress in this process
         self._running_lock = threading.Lock()
         self._down = threading.Event()
@@ -146,6 +154,7 @@ class PostgresStore:
     def close(self) -> None:
         """Stop renewing leases and close the connections."""
         self._closed.set()
+        self.executor.shutdown(wait=True)
         self._pool.close()
 
     def create(self, record: StoredResponse, owner: str = "") -> None:
@@ -309,12 +318,13 @@ class PostgresStore:
         self._probe.start()
 
     def _wait_for_database(self) -> None:
-        """Until the database answers again: drop broken connections and try one."""
+        """Until the database answers again (a connection of our own, not the pool's, which
+        backs off ever longer between tries); then drop the pool's broken connections."""
         while not self._closed.is_set():
             try:
-                self._pool.check()
-                with self._pool.connection(timeout=PROBE_SECONDS * 4) as conn:
+                with psycopg.connect(self._url, connect_timeout=2) as conn:
                     conn.execute("SELECT 1")
+                self._pool.check()
             except Exception:
                 self._closed.wait(PROBE_SECONDS)
                 continue
