@@ -105,9 +105,33 @@ def run_configuration(
         for cm in starting:
             stack.push(cm.__exit__)
         proxy = stack.enter_context(nginx([s.port for s in servers]))
-        busy = wait_for_quiet(limit_s=20)
+        busy = wait_for_quiet(limit_s=5)
         result = asyncio.run(load(proxy.base_url, clients, seconds))
         return {**result, "cpu_busy_before": busy}
+
+
+def store_only(location: str, threads: int, seconds: float) -> float:
+    """The store alone, no HTTP: create (in progress), finish and get per second from
+    ``threads`` threads, what a server's requests ask of it."""
+    from mellea.serve.responses import StoredResponse, open_store
+
+    store = open_store(location)
+    stop_at = time.perf_counter() + seconds
+    counts = [0] * threads
+
+    def work(t: int) -> None:
+        while time.perf_counter() < stop_at:
+            rid = f"resp_{t}_{counts[t]}"
+            response = {"id": rid, "status": "in_progress", "created_at": time.time()}
+            store.create(StoredResponse(response, [{"id": f"msg_{rid}", "text": "hello"}]))
+            store.finish({**response, "status": "completed", "output": [{"text": "hello"}]})
+            assert store.get(rid) is not None
+            counts[t] += 1
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(work, range(threads)))
+    store.close()
+    return sum(counts) / seconds
 
 
 def main() -> None:
@@ -116,31 +140,58 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--stores", nargs="+", default=["sqlite", "postgresql"])
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="runs of every configuration, interleaved; best kept"
+    )
     options = parser.parse_args()
-    rows = []
+    rows: dict[tuple[str, int], dict[str, float]] = {}
+    alone: dict[str, float] = {}
     with ExitStack() as stack:
         pg = stack.enter_context(postgres(durable=True)) if "postgresql" in options.stores else None
         n = 0
+        for _ in range(options.rounds):
+            for store in options.stores:
+                for replicas in options.replicas:
+                    n += 1
+                    result = run_configuration(
+                        store, replicas, pg, options.clients, options.seconds, n
+                    )
+                    print(f"{store:10} x{replicas}: {_line(result)}", flush=True)
+                    best = rows.get((store, replicas))
+                    if best is None or result["pairs_per_s"] > best["pairs_per_s"]:
+                        rows[(store, replicas)] = result
         for store in options.stores:
-            for replicas in options.replicas:
-                n += 1
-                result = run_configuration(store, replicas, pg, options.clients, options.seconds, n)
-                rows.append({"store": store, "replicas": replicas, **result})
-                print(
-                    f"{store:10} x{replicas}: {result['pairs_per_s']:7.1f} pairs/s  "
-                    f"create p50 {result['create_p50_ms']:6.1f} p99 {result['create_p99_ms']:6.1f} ms  "
-                    f"retrieve p50 {result['retrieve_p50_ms']:6.1f} p99 {result['retrieve_p99_ms']:6.1f} ms  "
-                    f"(cpu busy before {result['cpu_busy_before']:.2f})",
-                    flush=True,
+            n += 1
+            with tempfile.TemporaryDirectory(prefix="bench-store-") as directory:
+                location = (
+                    pg.create_database(f"bench_{n}")
+                    if store == "postgresql" and pg is not None
+                    else str(Path(directory) / "responses.db")
                 )
+                alone[store] = store_only(location, options.clients, options.seconds / 2)
+    print("\nbest of the rounds:")
+    for (store, replicas), result in rows.items():
+        print(f"{store:10} x{replicas}: {_line(result)}")
     for store in options.stores:
-        rates = {r["replicas"]: r["pairs_per_s"] for r in rows if r["store"] == store}
+        rates = {r: v["pairs_per_s"] for (s, r), v in rows.items() if s == store}
         if 1 in rates and len(rates) > 1:
             top = max(rates)
             print(f"{store}: {top} replicas / 1 replica = {rates[top] / rates[1]:.2f}x")
+        print(f"{store}: the store alone, {options.clients} threads: {alone[store]:.0f} pairs/s")
     RESULTS.mkdir(parents=True, exist_ok=True)
     meta = {"machine": platform.node(), "cpus": _cpus(), "clients": options.clients}
-    (RESULTS / "store.json").write_text(json.dumps({**meta, "rows": rows}, indent=2))
+    table = [{"store": s, "replicas": r, **v} for (s, r), v in rows.items()]
+    (RESULTS / "store.json").write_text(
+        json.dumps({**meta, "rows": table, "store_alone_pairs_per_s": alone}, indent=2)
+    )
+
+
+def _line(result: dict[str, float]) -> str:
+    return (
+        f"{result['pairs_per_s']:7.1f} pairs/s  create p50 {result['create_p50_ms']:6.1f} "
+        f"p99 {result['create_p99_ms']:6.1f} ms  retrieve p50 {result['retrieve_p50_ms']:6.1f} "
+        f"p99 {result['retrieve_p99_ms']:6.1f} ms  (cpu busy before {result['cpu_busy_before']:.2f})"
+    )
 
 
 def _cpus() -> int:
