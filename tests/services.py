@@ -36,6 +36,7 @@ http {{
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
     client_max_body_size 16m;
+    client_body_buffer_size 16m;  # bodies stay in memory: no temp files for workers to write
     upstream replicas {{
 {servers}
         keepalive 64;

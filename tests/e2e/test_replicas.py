@@ -248,6 +248,9 @@ def test_a_database_restart_is_a_503_and_the_replicas_recover(fleet: Fleet):
                 for _ in range(3)
             }
             refused = httpx.post(f"{base}/v1/responses", json={"input": "x"}, headers=headers())
+            streamed = httpx.post(
+                f"{base}/v1/responses", json={"input": "x", "stream": True}, headers=headers()
+            )
             unstored = httpx.post(
                 f"{base}/v1/responses", json={"input": "x", "store": False}, headers=headers()
             )
@@ -258,6 +261,7 @@ def test_a_database_restart_is_a_503_and_the_replicas_recover(fleet: Fleet):
         error = refused.json()["error"]
         assert error["code"] == "store_unavailable" and "try again" in error["message"]
         assert lookup.status_code == 503
+        assert streamed.status_code == 503, "refused before the stream starts, not inside it"
         assert unstored.status_code == 200 and text_of(unstored.json()) == "x"
         deadline = time.monotonic() + 15
         for replica in fleet.replicas[:2]:  # no restart: each finds the database by itself
