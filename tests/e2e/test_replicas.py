@@ -130,7 +130,16 @@ def test_a_conversation_spread_over_the_replicas_reads_back_whole(fleet: Fleet):
         text_of(create(fleet.proxy.base_url, {"input": "!args", "previous_response_id": previous}))
     )
     assert args["roles"] == ["user", "assistant"] * 5 + ["user"]
+    unstored = create(fleet.replicas[0].base_url, {"input": "forget me", "store": False})
+    replayed = httpx.get(
+        f"{fleet.replicas[2].base_url}/v1/responses/{turns[0]['id']}",
+        params={"stream": "true"},
+        headers=headers(),
+    )
+    events = [json.loads(e) for e in sse_events(replayed.iter_lines())]
+    assert events[-1]["type"] == "response.completed" and events[-1]["response"] == turns[0]
     for replica in fleet.replicas:
+        assert get(replica.base_url, unstored["id"]).status_code == 404
         for i, turn in enumerate(turns):
             stored = get(replica.base_url, turn["id"]).json()
             assert stored == turn
@@ -219,6 +228,12 @@ def test_a_replica_killed_mid_stream_loses_nothing_stored(fleet: Fleet):
         time.sleep(0.2)
     failed = get(survivor, orphan).json()
     assert failed["status"] == "failed"
+    with psycopg.connect(fleet.url) as conn:  # no row half-written: each agrees with itself
+        rows = conn.execute(
+            "SELECT status, record->'response'->>'status', record->'response'->>'id', id "
+            "FROM mellea_responses"
+        ).fetchall()
+    assert rows and all(a == b and c == d for a, b, c, d in rows)
     assert (
         failed["error"]["message"]
         == "the server generating this response stopped before it finished"
