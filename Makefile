@@ -51,7 +51,7 @@ test: install browser services
 	$(BIN)/python -m pytest
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not model and not e2e and not slow"
+	$(BIN)/python -m pytest -m "not model and not e2e and not slow and not services"
 
 # Gemma 3 270M against transformers and through `m serve` (first run converts the GGUF).
 test-gemma3: install-gemma3

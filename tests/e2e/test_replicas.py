@@ -21,14 +21,15 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 import httpx
-import psycopg
 import pytest
 
 from tests.conftest import missing_service
 from tests.server import PROGRAMS, ROOT, Server, serve, sse_events
 from tests.services import Nginx, Postgres, ServiceUnavailable, nginx
 
-pytestmark = pytest.mark.e2e
+psycopg = pytest.importorskip("psycopg")  # else the pg_server fixture fails under CI=true
+
+pytestmark = [pytest.mark.e2e, pytest.mark.services]
 
 KEY_A, KEY_B = "sk-tenant-a", "sk-tenant-b"
 LEASE = "1"  # seconds: a killed replica's response is failed soon after

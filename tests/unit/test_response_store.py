@@ -18,7 +18,7 @@ from mellea.serve.responses import ResponseStore, Store, StoredResponse, open_st
 OpenStore = Callable[..., Store]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.services)])
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
