@@ -161,12 +161,12 @@ def test_get_delete_and_cancel_work_from_any_replica(fleet: Fleet):
         assert get(two, response_id).json()["status"] == "in_progress"
         cancelled = httpx.post(f"{two}/v1/responses/{response_id}/cancel", headers=headers())
         assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
-        noticed = time.monotonic()
         rest = list(events)
-        assert time.monotonic() - noticed < 3, "the replica running it stops within a poll"
     assert rest[-1]["type"] == "error" and rest[-1]["code"] == "response_cancelled"
     stored = get(three, response_id).json()
     assert stored["status"] == "cancelled" and text_of(stored).startswith("word word")
+    words = len(text_of(stored).split())
+    assert words < 1000, f"the replica running it stopped early, not after {words} words"
     refused = httpx.post(f"{three}/v1/responses/{response_id}/cancel", headers=headers())
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "response_id"
     deleted = httpx.delete(f"{three}/v1/responses/{response_id}", headers=headers())
