@@ -204,7 +204,7 @@ def nginx(upstream_ports: list[int]) -> Iterator[Nginx]:
     config = directory / "nginx.conf"
     config.write_text(NGINX_CONFIG.format(dir=directory, servers=servers, port=port))
     process = subprocess.Popen(
-        [binary, "-c", str(config), "-p", str(directory)],
+        [binary, "-e", "stderr", "-c", str(config), "-p", str(directory)],
         stdout=subprocess.DEVNULL,
         stderr=open(directory / "stderr.log", "wb"),  # noqa: SIM115 (nginx keeps it open)
     )
