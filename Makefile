@@ -6,7 +6,7 @@ PORT ?= 8000
 PROGRAM ?= docs/examples/hello.py
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-gemma3 browser serve test test-fast test-gemma3 lint format bench clean
+.PHONY: install install-gemma3 browser services serve test test-fast test-gemma3 lint format bench clean
 
 install: $(VENV)/.installed $(VENV)/.cpu-kernels
 
@@ -41,13 +41,17 @@ serve: install
 browser:
 	sh .ci/install-browser.sh
 
-test: install browser
+# The replica tests start Debian's PostgreSQL and nginx on loopback; the script installs them once.
+services:
+	sh .ci/install-services.sh
+
+test: install browser services
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not model and not e2e and not slow"
+	$(BIN)/python -m pytest -m "not model and not e2e and not slow and not services"
 
 # Gemma 3 270M against transformers and through `m serve` (first run converts the GGUF).
 test-gemma3: install-gemma3

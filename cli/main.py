@@ -160,14 +160,22 @@ def serve(
         ),
     ] = None,
     responses_db: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
-            envvar="M_SERVE_RESPONSES_DB",
-            dir_okay=False,
+            envvar=["M_SERVE_RESPONSES_DB", "DATABASE_URL"],
             rich_help_panel=SERVER,
-            help="SQLite file for stored /v1/responses (shared by --workers) \\[default: in memory].",
+            help="Where stored /v1/responses live: a SQLite FILE (shared by --workers) or a postgresql://user@host/db URL (shared by replicas on any machine) \\[default: in memory].",
         ),
     ] = None,
+    responses_lease: Annotated[
+        float,
+        typer.Option(
+            envvar="M_SERVE_RESPONSES_LEASE",
+            min=0.5,
+            rich_help_panel=LIMITS,
+            help="With PostgreSQL: seconds after which a response in progress whose server died (it stops renewing it) is marked failed.",
+        ),
+    ] = 10.0,
     responses_max_count: Annotated[
         int,
         typer.Option(
@@ -284,7 +292,12 @@ def serve(
     Example: m serve docs/examples/hello.py --port 8000
     """
     from cli.serve.server import run
-    from cli.serve.settings import ServeSettings, parse_duration, read_api_keys
+    from cli.serve.settings import (
+        ServeSettings,
+        parse_duration,
+        read_api_keys,
+        responses_location,
+    )
     from mellea.backends.runtime import parse_size
 
     try:
@@ -295,6 +308,10 @@ def serve(
         max_bytes = int(parse_size(responses_max_bytes))
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--responses-max-bytes") from None
+    try:
+        responses_db = responses_location(responses_db)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--responses-db") from None
 
     settings = ServeSettings(
         program=str(program),
@@ -322,7 +339,8 @@ def serve(
         dtype=dtype,
         model=model,
         chat_template=str(chat_template) if chat_template else None,
-        responses_db=str(responses_db.expanduser().resolve()) if responses_db else None,
+        responses_db=responses_db,
+        responses_lease=responses_lease,
         responses_max_count=responses_max_count or None,
         responses_max_age=max_age or None,
         responses_max_bytes=max_bytes or None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,15 +23,17 @@ from mellea.serve.frames import named_events
 from mellea.serve.responses import (
     CancelSignal,
     ResponsesRequest,
-    ResponseStore,
+    Store,
     StoredResponse,
     check_request,
     input_items,
     new_response,
+    open_store,
     replay_events,
     serve_arguments,
 )
 from mellea.serve.responses.reply import ResponsesReply
+from mellea.serve.responses.store_api import store_call
 from mellea.serve.responses.truncation import call_fitting
 
 log = logging.getLogger("mellea.serve")
@@ -44,19 +46,20 @@ REPLAY_POLL_SECONDS = 0.25
 router = APIRouter(route_class=BoundedJsonRoute)
 
 
-def open_responses_store(state: Any, settings: ServeSettings) -> ResponseStore:
+def open_responses_store(state: Any, settings: ServeSettings) -> Store:
     """The store of created responses, kept in the app's ``state`` for the routes below.
 
-    Responses are kept, within the count, age and size bounds of the settings, in SQLite:
-    the file ``settings.responses_db`` (shared by worker processes) or, without one, an
-    in-memory database of this app. A response belongs to the tenant (API key) that
+    Responses are kept, within the count, age and size bounds of the settings, where
+    ``settings.responses_db`` says: a PostgreSQL URL (shared by replicas), a SQLite file
+    (shared by worker processes) or, without one, an in-memory database of this app. A response belongs to the tenant (API key) that
     created it; to any other it does not exist.
     """
-    store = ResponseStore(
+    store = open_store(
         settings.responses_db,
         settings.responses_max_count,
         settings.responses_max_age,
         settings.responses_max_bytes,
+        lease=settings.responses_lease,
     )
     state.responses_store = store
     state.responses_running = {}
@@ -68,10 +71,12 @@ async def create_response(body: ResponsesRequest, request: Request) -> dict[str,
     """Run the program on a Responses request; stream the events when asked to."""
     started = time.monotonic()
     state = request.app.state
-    store: ResponseStore = state.responses_store
+    store: Store = state.responses_store
     owner = tenant_of(request.scope)
     tools = check_request(body)
-    history = _history(store, body.previous_response_id, owner)
+    if body.stores:
+        store.check()  # a database known to be down: 503 before anything runs
+    history = await _history(store, body.previous_response_id, owner)
     # Looking referred items up scans the stored responses: off the loop.
     refers = isinstance(body.input, list) and any(
         item.get("type") == "item_reference" for item in body.input
@@ -109,7 +114,7 @@ async def retrieve_response(
     a response still running is replayed once it ends.
     """
     state = request.app.state
-    stored = _stored(state.responses_store, response_id, tenant_of(request.scope))
+    stored = await _stored(state.responses_store, response_id, tenant_of(request.scope))
     if not stream:
         return JSONResponse(stored.response)
     settings: ServeSettings = state.settings
@@ -118,12 +123,15 @@ async def retrieve_response(
 
 
 async def _replayed(
-    store: ResponseStore, settings: ServeSettings, response_id: str, starting_after: int | None
+    store: Store, settings: ServeSettings, response_id: str, starting_after: int | None
 ) -> AsyncGenerator[dict[str, Any], None]:
     deadline = time.monotonic() + (settings.request_timeout or REPLAY_WAIT_SECONDS)
-    while store.status(response_id) == "in_progress" and time.monotonic() < deadline:
+    while (
+        await store_call(store, store.status, response_id) == "in_progress"
+        and time.monotonic() < deadline
+    ):
         await asyncio.sleep(REPLAY_POLL_SECONDS)
-    stored = store.get(response_id)
+    stored = await store_call(store, store.get, response_id)
     if stored is None or stored.status == "in_progress":
         state = "was deleted" if stored is None else "is still in progress"
         message = f"response {response_id!r} {state}"
@@ -136,7 +144,8 @@ async def _replayed(
 @router.delete("/v1/responses/{response_id}", response_model=None)
 async def delete_response(request: Request, response_id: str) -> Response:
     """Forget a stored response."""
-    if not request.app.state.responses_store.delete(response_id, tenant_of(request.scope)):
+    store: Store = request.app.state.responses_store
+    if not await store_call(store, store.delete, response_id, tenant_of(request.scope)):
         raise _not_found(response_id)
     return JSONResponse({"id": response_id, "object": "response", "deleted": True})
 
@@ -151,7 +160,7 @@ async def list_input_items(
 ) -> Response:
     """The input items the response was created with, a page at a time."""
     store = request.app.state.responses_store
-    items = _stored(store, response_id, tenant_of(request.scope)).input
+    items = (await _stored(store, response_id, tenant_of(request.scope))).input
     if order == "desc":
         items = items[::-1]
     if after is not None:
@@ -174,8 +183,8 @@ async def list_input_items(
 @router.post("/v1/responses/{response_id}/cancel", response_model=None)
 async def cancel_response(request: Request, response_id: str) -> Response:
     """Stop a response still being generated; it ends ``cancelled`` with what it had."""
-    store: ResponseStore = request.app.state.responses_store
-    result = store.cancel(response_id, tenant_of(request.scope))
+    store: Store = request.app.state.responses_store
+    result = await store_call(store, store.cancel, response_id, tenant_of(request.scope))
     if result is None:
         raise _not_found(response_id)
     before, response = result
@@ -193,7 +202,7 @@ async def cancel_response(request: Request, response_id: str) -> Response:
             await asyncio.wait_for(local.done.wait(), CANCEL_WAIT_SECONDS)
         except TimeoutError:
             log.warning("response %s did not stop within %.0f s", response_id, CANCEL_WAIT_SECONDS)
-    stored = store.get(response_id)
+    stored = await store_call(store, store.get, response_id)
     return JSONResponse(stored.response if stored is not None else response)
 
 
@@ -209,33 +218,39 @@ class _Running:
 class _Sink:
     """Keeps a run's response in the store (if the request asked to) and tracks it while it runs."""
 
-    store: ResponseStore
+    store: Store
     record: StoredResponse | None
     running: dict[str, _Running]
     state: _Running
     owner: str  # the tenant the stored response belongs to
 
-    def started(self, response: dict[str, Any]) -> None:
+    def started(self, response: dict[str, Any]) -> Awaitable[None] | None:
         """Store the in-progress response and make it cancellable."""
         self.running[response["id"]] = self.state
-        if self.record is not None:
-            self.record.response = response
-            self.store.create(self.record, self.owner)
+        if self.record is None:
+            return None
+        self.record.response = response
+        return store_call(self.store, self.store.create, self.record, self.owner)
 
-    def finished(self, response: dict[str, Any]) -> dict[str, Any]:
+    def finished(self, response: dict[str, Any]) -> Awaitable[dict[str, Any]] | dict[str, Any]:
         """Store the final response; a cancel that came first keeps its status."""
         self.running.pop(response["id"], None)
         self.state.done.set()
         if self.record is None:
             return response
-        return self.store.finish(response) or response
+        return _or(store_call(self.store, self.store.finish, response), response)
 
 
-def _history(store: ResponseStore, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
+async def _or(stored: Awaitable[dict[str, Any] | None], fallback: dict[str, Any]) -> dict[str, Any]:
+    """What the store wrote, or ``fallback`` if the response was deleted meanwhile."""
+    return await stored or fallback
+
+
+async def _history(store: Store, previous_id: str | None, owner: str) -> list[dict[str, Any]]:
     """The conversation a ``previous_response_id`` continues (its instructions stay behind)."""
     if previous_id is None:
         return []
-    previous = store.get(previous_id, owner)
+    previous = await store_call(store, store.get, previous_id, owner)
     if previous is None:
         raise OpenAIError(
             400,
@@ -253,17 +268,21 @@ def _history(store: ResponseStore, previous_id: str | None, owner: str) -> list[
 
 
 def _cancel_check(
-    store: ResponseStore, response_id: str, record: StoredResponse | None
-) -> Callable[[], bool] | None:
+    store: Store, response_id: str, record: StoredResponse | None
+) -> Callable[[], Awaitable[bool]] | None:
     """With a shared store, a cancel may reach another worker: the run polls the store."""
     if record is None or not store.shared:
         return None
-    return lambda: store.status(response_id) == "cancelled"
+
+    async def cancelled() -> bool:
+        return await store_call(store, store.status, response_id) == "cancelled"
+
+    return cancelled
 
 
-def _stored(store: ResponseStore, response_id: str, owner: str) -> StoredResponse:
+async def _stored(store: Store, response_id: str, owner: str) -> StoredResponse:
     """The tenant's stored response (another tenant's is as unknown as a missing one)."""
-    stored = store.get(response_id, owner)
+    stored = await store_call(store, store.get, response_id, owner)
     if stored is None:
         raise _not_found(response_id)
     return stored

@@ -46,7 +46,8 @@ class ServeSettings:
     playground: bool = True
     tool_call_parser: str | None = "hermes"
     reasoning_parser: str | None = None
-    responses_db: str | None = None
+    responses_db: str | None = None  # a SQLite file, a postgresql:// URL, or None (memory)
+    responses_lease: float = 10.0  # PostgreSQL: seconds an orphaned response stays in progress
     responses_max_count: int | None = 10_000  # None: no bound
     responses_max_age: float | None = 30 * 24 * 3600.0  # seconds; None: kept forever
     responses_max_bytes: int | None = 256 * 1024 * 1024  # records' JSON; None: no bound
@@ -127,6 +128,8 @@ def check_settings(settings: ServeSettings) -> None:
                 f"--chat-template {settings.chat_template}: not a Jinja template "
                 f"(line {exc.lineno}: {exc.message})"
             ) from None
+    if _is_database_url(settings.responses_db):
+        check_responses_db(settings)
     try:
         if settings.tool_call_parser:
             get_tool_parser(settings.tool_call_parser)
@@ -134,6 +137,37 @@ def check_settings(settings: ServeSettings) -> None:
             get_reasoning_parser(settings.reasoning_parser)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
+
+
+def check_responses_db(settings: ServeSettings) -> None:
+    """Open the PostgreSQL store once: it is reachable, and its schema is made or migrated."""
+    from mellea.serve.responses.store_api import StoreError, open_store
+
+    try:
+        open_store(settings.responses_db, lease=settings.responses_lease).close()
+    except StoreError as exc:
+        raise SettingsError(f"--responses-db: {exc}") from None
+
+
+def responses_location(value: str | None) -> str | None:
+    """Where stored responses live, from ``--responses-db`` (or ``M_SERVE_RESPONSES_DB``,
+    else ``DATABASE_URL``): a ``postgresql://`` URL as it is, a SQLite file made absolute
+    (worker processes may start elsewhere), or None for memory."""
+    if not value:
+        return None
+    if _is_database_url(value):
+        return value
+    if "://" in value:
+        raise ValueError(
+            f"{value.split('://')[0]}:// databases are not supported; give a "
+            "postgresql:// URL or a SQLite file"
+        )
+    return str(Path(value).expanduser().resolve())
+
+
+def _is_database_url(location: str | None) -> bool:
+    # mellea.serve.responses.store_api.is_database_url, without importing the wire layer
+    return location is not None and location.startswith(("postgresql://", "postgres://"))
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -11,6 +11,7 @@ from mellea.serve.responses.replay import replay_events
 from mellea.serve.responses.request import ResponsesRequest
 from mellea.serve.responses.run import CancelSignal, ResponseRun
 from mellea.serve.responses.store import ResponseStore, StoredResponse
+from mellea.serve.responses.store_api import Store, StoreError, StoreUnavailable, open_store
 
 __all__ = [
     "CancelSignal",
@@ -18,11 +19,15 @@ __all__ = [
     "ResponseRun",
     "ResponseStore",
     "ResponsesRequest",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
     "StoredResponse",
     "chat_messages",
     "check_request",
     "input_items",
     "new_response",
+    "open_store",
     "replay_events",
     "serve_arguments",
 ]

@@ -8,10 +8,11 @@ reads the same events and answers with the final response, so both paths agree.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from mellea.core.errors import RequestError
 from mellea.core.parsers import new_call_id
@@ -38,6 +39,7 @@ from mellea.serve.responses.objects import ResponseObject, ResponseUsage
 from mellea.serve.responses.output import Event, OutputBuilder
 
 log = logging.getLogger("mellea.serve")
+T = TypeVar("T")
 
 CANCELLED_MESSAGE = "the response was cancelled"
 _INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -47,10 +49,13 @@ class CancelSignal:
     """Set when a response is cancelled.
 
     In this process :meth:`set` takes effect at once; ``check`` (when given) is polled
-    every ``interval`` seconds, for a cancel that reached another worker process.
+    every ``interval`` seconds, for a cancel that reached another worker process or
+    replica (it may return an awaitable, for a store that waits on a database).
     """
 
-    def __init__(self, check: Callable[[], bool] | None = None, interval: float = 0.5) -> None:
+    def __init__(
+        self, check: Callable[[], bool | Awaitable[bool]] | None = None, interval: float = 0.5
+    ) -> None:
         """A signal that is not set yet."""
         self._event = asyncio.Event()
         self._check = check
@@ -69,17 +74,21 @@ class CancelSignal:
             try:
                 await asyncio.wait_for(self._event.wait(), self._interval)
             except TimeoutError:
-                if self._check():
+                if await _settled(self._check()):
                     self._event.set()
 
 
 class ResponseSink(Protocol):
-    """Where a run reports its response (the server stores it)."""
+    """Where a run reports its response (the server stores it).
 
-    def started(self, response: dict[str, Any]) -> None:
+    Either method may return an awaitable instead (a store that waits on a database);
+    the run awaits it before going on.
+    """
+
+    def started(self, response: dict[str, Any]) -> Awaitable[None] | None:
         """The response exists, ``in_progress``."""
 
-    def finished(self, response: dict[str, Any]) -> dict[str, Any]:
+    def finished(self, response: dict[str, Any]) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """The response ended; returns its final form (a cancel may have changed the status)."""
 
 
@@ -132,8 +141,9 @@ class ResponseRun:
 
         rendered = render_events(self.reader.events(), render)
         settled = False
+        finishing: asyncio.Future[dict[str, Any]] | None = None
         try:
-            self.sink.started(self.response.wire())
+            await _settled(self.sink.started(self.response.wire()))
             yield self._stamp({"type": "response.created", "response": self.response.wire()})
             yield self._stamp({"type": "response.in_progress", "response": self.response.wire()})
             async for item in rendered:
@@ -155,9 +165,15 @@ class ResponseRun:
             if not settled:
                 builder.abandon()
                 self.response.status = "cancelled"
-                self.final = self.sink.finished(self.response.wire())
+                final = self.sink.finished(self.response.wire())
+                if inspect.isawaitable(final):  # the store's write goes on if we are cancelled
+                    finishing = asyncio.ensure_future(final)
+                else:
+                    self.final = final
             await close_stream(rendered)
-        self.final = self.sink.finished(self.response.wire())
+            if finishing is not None:
+                self.final = await asyncio.shield(finishing)
+        self.final = await _settled(self.sink.finished(self.response.wire()))
         yield self._stamp(terminal_event(self.final))
 
     def _output_events(
@@ -197,6 +213,11 @@ class ResponseRun:
         stamped = {"type": event["type"], "sequence_number": self._sequence, **event}
         self._sequence += 1
         return stamped
+
+
+async def _settled(value: T | Awaitable[T]) -> T:
+    """``value``, awaited if it is awaitable."""
+    return await value if inspect.isawaitable(value) else value
 
 
 def terminal_event(response: dict[str, Any]) -> Event:

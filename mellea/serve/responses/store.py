@@ -91,6 +91,8 @@ class ResponseStore:
     methods taking ``owner`` act only on that owner's responses (``None``: on any).
     """
 
+    executor = None  # short local transactions: called right on the event loop
+
     def __init__(
         self,
         path: str | None = None,
@@ -121,6 +123,9 @@ class ResponseStore:
                     for statement in statements:
                         self._db.execute(statement)
             self._db.execute(_INDEX)
+
+    def check(self) -> None:
+        """Nothing to check: SQLite is a file (or memory) of this machine, never away."""
 
     def close(self) -> None:
         """Close the database connection."""
