@@ -12,6 +12,7 @@ norms, multipliers, windows, RoPE per layer kind, activation) comes from
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,9 @@ from mellea.engine.cpu_attention import (
 )
 from mellea.engine.rope import interleaved_order, rope_tables, rotations
 from mellea.engine.weights import load_weights
+
+if TYPE_CHECKING:
+    from mellea.engine.lora import AdapterSet
 
 __all__ = ["AttentionMetadata", "DecoderModel", "build_model"]
 
@@ -334,6 +338,7 @@ class DecoderModel(nn.Module):
         self.embed_scale = cfg.embed_scale
         self.rope: dict[str, torch.Tensor] = {}
         self._fused: list[tuple] | bool | None = None  # see _fused_layers
+        self.adapters: AdapterSet | None = None  # LoRA deltas, hooked on the projections
 
     @property
     def cpu_kernel(self) -> bool:
@@ -371,7 +376,9 @@ class DecoderModel(nn.Module):
         if self.fast_cpu:
             rope = {kind: table[positions].unsqueeze(1) for kind, table in rope.items()}
         residual = None
-        fused = self._fused_layers() if meta.num_decode == x.shape[0] else None
+        # The fused C++ layer cannot add LoRA deltas: a step with adapter tokens runs per op.
+        lora = self.adapters is not None and self.adapters.current is not None
+        fused = self._fused_layers() if meta.num_decode == x.shape[0] and not lora else None
         if fused and kv_caches[0][0].dtype == torch.float32:
             residual, x = x, torch.zeros_like(x)  # the first norm adds x to the residual
             for args, kind, (k_cache, v_cache) in zip(fused, self._kinds, kv_caches, strict=True):
