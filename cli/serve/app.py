@@ -211,14 +211,18 @@ def create_app(
     def model_card() -> ModelCard:
         return ModelCard(id=model_name, mellea=describe_program(app.state.program))
 
+    adapters = settings.adapter_names  # --lora: a request's model may name one
+
     @app.get("/v1/models")
     async def list_models() -> ModelList:
-        """The one model this server serves: the program."""
-        return ModelList(data=[model_card()])
+        """The program, and the ``--lora`` adapters a request's model may name."""
+        return ModelList(data=[model_card(), *(ModelCard(id=name) for name in adapters)])
 
     @app.get("/v1/models/{model_id:path}")
     async def retrieve_model(model_id: str) -> ModelCard:
         """The served program as a model: its docstring and the parameters ``serve()`` declares."""
+        if model_id in adapters:
+            return ModelCard(id=model_id)
         if model_id != model_name:
             raise OpenAIError(
                 404,

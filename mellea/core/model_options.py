@@ -31,6 +31,8 @@ class ModelOption:
     STREAM = "@@@stream@@@"
     STREAM_TIMEOUT = "@@@stream_timeout@@@"
     STOP_SEQUENCES = "@@@stop_sequences@@@"
+    # The name of a LoRA/aLoRA adapter loaded in the local engine to generate with.
+    ADAPTER = "@@@adapter@@@"
 
     @staticmethod
     def replace_keys(options: dict[str, Any], from_to: dict[str, str]) -> dict[str, Any]:
