@@ -43,6 +43,7 @@ __all__ = [
     "AdapterUse",
     "LoraAdapter",
     "LoraStep",
+    "Stack",
     "activation_start",
     "load_peft_adapter",
 ]
@@ -279,10 +280,39 @@ def _projection_sizes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
 
 @dataclass
 class LoraStep:
-    """One step's adapter tokens: per slot present, the rows of the flat batch it owns
-    (None: every row)."""
+    """One step's adapter tokens.
+
+    ``groups``: per slot present, the rows of the flat batch it owns (None: every row),
+    for steps with one adapter. ``slots``: each row's slot (-1: base), set for steps
+    that mix adapters, which run on the stacked pairs (see :class:`Stack`) with a mask
+    per column layout, made once per step.
+    """
 
     groups: list[tuple[int, torch.Tensor | None]] = field(default_factory=list)
+    slots: torch.Tensor | None = None
+    masks: dict[tuple[int, ...], torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Stack:
+    """Every loaded adapter's pair for one (layer, projection), side by side: A's rows
+    and B's columns one adapter after another (``owner``: each column's slot).
+
+    A step that mixes adapters multiplies every token by all of them at once and masks
+    out the columns that are not its own adapter's: two matrix products per projection
+    whatever the number of adapters, instead of two per adapter (the ranks are small,
+    so the products over other adapters' columns cost less than the extra ops did).
+    """
+
+    a: torch.Tensor  # [C, in]
+    b: torch.Tensor  # [out, C]
+    owner: torch.Tensor  # [C] slot of each column
+    layout: tuple[int, ...]  # ``owner`` as a key for the step's mask cache
+
+
+# A step with adapters mixed runs on the stacks unless fewer than this fraction of the
+# loaded adapters are in it (the stack's products then mostly multiply by zeros).
+STACKED_MIN_SHARE = 0.25
 
 
 class AdapterSet:
@@ -290,7 +320,8 @@ class AdapterSet:
 
     Slots only grow, so a step planned before a load stays valid. The hooks on the
     model's projections are put in by the engine thread (:meth:`install`) before the
-    first step that uses an adapter, never while a forward pass runs.
+    first step that uses an adapter, never while a forward pass runs; so are the
+    stacks, rebuilt there after a load.
     """
 
     def __init__(self) -> None:
@@ -298,6 +329,8 @@ class AdapterSet:
         self.adapters: list[LoraAdapter] = []
         self.current: LoraStep | None = None  # set for the forward pass of a step
         self._hooked = False
+        self._stacks: dict[tuple[int, str], Stack] = {}
+        self._stacked = 0  # how many adapters the stacks hold
 
     def add(self, adapter: LoraAdapter) -> int:
         """Register a loaded adapter; its slot. ``AdapterLoadError`` for a taken name."""
@@ -328,18 +361,24 @@ class AdapterSet:
         key = hashlib.blake2b(name.encode(), digest_size=16, person=b"adapter").digest()
         return AdapterUse(slot, start, key)
 
-    def plan(self, slots: list[int]) -> LoraStep | None:
-        """The step's groups from each token's slot (-1: base); None if all are base."""
+    def plan(self, slots: list[int], device: torch.device | None = None) -> LoraStep | None:
+        """The step's plan from each token's slot (-1: base); None if all are base."""
         if not slots or max(slots) < 0:
             return None
         present = sorted(set(slots) - {-1})
         if len(present) == 1 and min(slots) >= 0:
             return LoraStep([(present[0], None)])
-        index = torch.tensor(slots)
+        index = torch.tensor(slots, device=device)
+        if len(present) > 1 and len(present) >= STACKED_MIN_SHARE * len(self.adapters):
+            return LoraStep(slots=index)
         return LoraStep([(s, (index == s).nonzero().flatten()) for s in present])
 
     def install(self, model: DecoderModel) -> None:
-        """Put the delta hooks on every layer's projections (once)."""
+        """Put the delta hooks on every layer's projections (once), and stack the
+        adapters loaded since the last call."""
+        if self._stacked != len(self.adapters):
+            self._stacks = _stack(self.adapters)
+            self._stacked = len(self.adapters)
         if self._hooked:
             return
         for i, layer in enumerate(model.layers):
@@ -355,9 +394,45 @@ class AdapterSet:
             step = self.current
             if step is None:
                 return None
+            if step.slots is not None:
+                return apply_stacked(out, inputs[0], step, self._stacks.get(key))
             return apply_deltas(out, inputs[0], step, self.adapters, key)
 
         return add_delta
+
+
+def _stack(adapters: list[LoraAdapter]) -> dict[tuple[int, str], Stack]:
+    """Each (layer, projection)'s pairs of all ``adapters`` side by side."""
+    keys = {key for adapter in adapters for key in adapter.pairs}
+    stacks = {}
+    for key in keys:
+        owned = [(slot, a.pairs[key]) for slot, a in enumerate(adapters) if key in a.pairs]
+        owner = [slot for slot, (a, _) in owned for _ in range(a.shape[0])]
+        device = owned[0][1][0].device
+        stacks[key] = Stack(
+            a=torch.cat([a for _, (a, _) in owned]).contiguous(),
+            b=torch.cat([b for _, (_, b) in owned], dim=1).contiguous(),
+            owner=torch.tensor(owner, device=device),
+            layout=tuple(owner),
+        )
+    return stacks
+
+
+def apply_stacked(
+    out: torch.Tensor, x: torch.Tensor, step: LoraStep, stack: Stack | None
+) -> torch.Tensor:
+    """``out`` plus each row's own adapter's delta, through the stacked pairs: the
+    columns of other adapters (all of them for a base row) are masked to zero."""
+    if stack is None:
+        return out
+    mask = step.masks.get(stack.layout)
+    if mask is None:
+        assert step.slots is not None
+        mask = (step.slots[:, None] == stack.owner[None, :]).float()
+        step.masks[stack.layout] = mask
+    low = (x.float() @ stack.a.T).mul_(mask)
+    out.add_((low @ stack.b.T).to(out.dtype))
+    return out
 
 
 def apply_deltas(

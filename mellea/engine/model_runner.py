@@ -211,7 +211,7 @@ class ModelRunner:
             else:
                 active = max(0, min(n, start + n - use.start))
                 slots.extend([-1] * (n - active) + [use.slot] * active)
-        return self.adapters.plan(slots)
+        return self.adapters.plan(slots, self.device)
 
     @torch.inference_mode()
     def execute(self, inputs: StepInputs) -> tuple[list[int], list[TokenLogprobs | None] | None]:

@@ -195,9 +195,20 @@ def check(model, adapter, prompt, tokens, entries, fmt: str) -> None:
 FORMAT_ATOL = {"bfloat16": 0.2, "int8": 0.1, "int4": 0.15}
 
 
-@pytest.mark.parametrize("fmt", ["float32", "bfloat16", "int8", "int4"])
-async def test_adapters_match_peft_in_mixed_batches(family, fmt: str):
+@pytest.mark.parametrize(
+    ("fmt", "stacked"),
+    [("float32", True), ("float32", False), ("bfloat16", True), ("int8", True), ("int4", True)],
+)
+async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, stacked: bool, monkeypatch):
+    """``stacked``: steps that mix adapters run on the stacked pairs; else per adapter."""
+    from mellea.engine import lora
     from mellea.engine.engine import Engine
+
+    if not stacked:
+        monkeypatch.setattr(lora, "STACKED_MIN_SHARE", 2.0)
+    stacked_calls = []
+    real = lora.apply_stacked
+    monkeypatch.setattr(lora, "apply_stacked", lambda *a: stacked_calls.append(1) or real(*a))
 
     _, path, dirs = family
     model = reference_model(path, dirs, fmt)
@@ -244,6 +255,7 @@ async def test_adapters_match_peft_in_mixed_batches(family, fmt: str):
         start = P3.index(INVOCATION[0])
         assert cached[3] == len(P3) - 1 - (len(P3) - 1) % BLOCK_SIZE  # incl. aLoRA blocks
         assert cached[3] > start
+        assert bool(stacked_calls) == stacked
     finally:
         engine.shutdown()
 
