@@ -4,10 +4,10 @@ An adapter is a PEFT directory (``adapter_config.json`` + ``adapter_model.safete
 For each target projection it holds a low-rank pair (A: [r, in], B: [out, r]) and a
 scale (``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with ``use_rslora``); the
 projection's output gains ``scale * (x @ A^T) @ B^T``. Our model fuses q/k/v and
-gate/up into one linear each, so an adapter's pieces for one fused projection are
-stacked into one pair: A's rows one piece after another, B block-structured (each
-piece's columns feed only its rows), the scale folded into B, and B's q/k rows put in
-the CPU path's rotary order as the loader orders the base weights.
+gate/up into one linear each, so an adapter's pieces for one fused projection share
+one product with A (their rows one after another) and each piece's B writes its own
+rows of the output (:class:`LowRank`); the scale is folded into B, and B's q/k rows
+are put in the CPU path's rotary order as the loader orders the base weights.
 
 Every token of a step carries an adapter slot (-1 for the base model). A forward hook
 on each projection adds, per adapter present in the step, the delta of that adapter's
@@ -43,7 +43,7 @@ __all__ = [
     "AdapterUse",
     "LoraAdapter",
     "LoraStep",
-    "Stack",
+    "LowRank",
     "activation_start",
     "load_peft_adapter",
 ]
@@ -73,8 +73,8 @@ class LoraAdapter:
 
     name: str
     info: AdapterInfo
-    # (layer, projection) -> (A [R, in], B [out, R] with the scale folded in), fp32.
-    pairs: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]
+    # (layer, projection) -> its low-rank update there (B scaled), fp32.
+    updates: dict[tuple[int, str], LowRank]
 
     @property
     def is_alora(self) -> bool:
@@ -246,18 +246,12 @@ def load_peft_adapter(
         rank = max(rank, r)
     if not pieces:
         raise AdapterLoadError(f"{str(path)!r} holds no LoRA weights")
-    pairs = {}
+    updates = {}
     for (layer, proj), parts in pieces.items():
-        in_features, out_features = sizes[proj]
-        a_cat = torch.cat([a for _, a, _ in parts])
-        b_cat = torch.zeros(out_features, a_cat.shape[0])
-        col = 0
-        for first, a, b in parts:
-            b_cat[first : first + b.shape[0], col : col + a.shape[0]] = b
-            col += a.shape[0]
         if qkv_rows is not None and proj == "self_attn.qkv_proj":
-            b_cat[: qkv_rows.numel()] = b_cat[qkv_rows]
-        pairs[(layer, proj)] = (a_cat.contiguous().to(device), b_cat.contiguous().to(device))
+            parts = [_in_rotary_order(part, qkv_rows, sizes[proj][1]) for part in parts]
+        on_device = [(first, a.to(device), b.to(device)) for first, a, b in parts]
+        updates[(layer, proj)] = low_rank([(0, *part) for part in on_device])
     invocation = config.get("alora_invocation_tokens")
     info = AdapterInfo(
         rank=rank,
@@ -265,7 +259,19 @@ def load_peft_adapter(
         is_alora=invocation is not None,
         invocation_tokens=tuple(invocation or ()),
     )
-    return LoraAdapter(name, info, pairs)
+    return LoraAdapter(name, info, updates)
+
+
+def _in_rotary_order(
+    part: tuple[int, torch.Tensor, torch.Tensor], rows: torch.Tensor, out_features: int
+) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """A q/k/v piece with B's rows in the order the model keeps the fused rows in
+    (each head's dims reordered within the head, so a piece keeps its row range)."""
+    first, a, b = part
+    whole = torch.zeros(out_features, b.shape[1])
+    whole[first : first + b.shape[0]] = b
+    whole[: rows.numel()] = whole[rows]
+    return first, a, whole[first : first + b.shape[0]].contiguous()
 
 
 def _projection_sizes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
@@ -279,35 +285,59 @@ def _projection_sizes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
 
 
 @dataclass
+class LowRank:
+    """Low-rank updates of one projection: ``out[:, r0:r1] += (x @ A[c0:c1]^T) @ B^T``
+    for each part ``(r0, r1, c0, c1, B)``, the product with A taken once for all parts.
+
+    One adapter's (its pieces of a fused projection are the parts), or every loaded
+    adapter's side by side (a stack: a part per piece, holding that piece's columns of
+    every adapter that has it; ``owner`` gives each column's slot).
+    """
+
+    a: torch.Tensor  # [C, in]
+    parts: list[tuple[int, int, int, int, torch.Tensor]]
+    owner: torch.Tensor  # [C]: the slot each column belongs to
+    layout: tuple[int, ...]  # ``owner`` as a key (the step's mask cache)
+
+
+def low_rank(pieces: list[tuple[int, int, torch.Tensor, torch.Tensor]]) -> LowRank:
+    """A :class:`LowRank` from ``(slot, first row, A [r, in], B [rows, r])`` pieces;
+    the pieces that start at the same row (the same q, k, v, gate or up piece of
+    different adapters) become one part."""
+    pieces = sorted(pieces, key=lambda p: (p[1], p[0]))
+    parts, owner, col = [], [], 0
+    for slot, first, a, b in pieces:
+        owner += [slot] * a.shape[0]
+        if parts and parts[-1][0] == first:
+            r0, r1, c0, _, bs = parts[-1]
+            parts[-1] = (r0, r1, c0, col + a.shape[0], [*bs, b])
+        else:
+            parts.append((first, first + b.shape[0], col, col + a.shape[0], [b]))
+        col += a.shape[0]
+    device = pieces[0][2].device
+    return LowRank(
+        a=torch.cat([p[2] for p in pieces]).contiguous(),
+        parts=[(r0, r1, c0, c1, torch.cat(bs, dim=1).contiguous()) for r0, r1, c0, c1, bs in parts],
+        owner=torch.tensor(owner, device=device),
+        layout=tuple(owner),
+    )
+
+
+@dataclass
 class LoraStep:
     """One step's adapter tokens.
 
     ``groups``: per slot present, the rows of the flat batch it owns (None: every row),
     for steps with one adapter. ``slots``: each row's slot (-1: base), set for steps
-    that mix adapters, which run on the stacked pairs (see :class:`Stack`) with a mask
-    per column layout, made once per step.
+    that mix adapters, which run on the stacks (every adapter's columns side by side)
+    with a mask per column layout, made once per step: two products per projection
+    whatever the number of adapters, instead of two per adapter (the ranks are small,
+    so multiplying by other adapters' columns costs less than the ops it saves).
     """
 
     groups: list[tuple[int, torch.Tensor | None]] = field(default_factory=list)
     slots: torch.Tensor | None = None
     masks: dict[tuple[int, ...], torch.Tensor] = field(default_factory=dict)
-
-
-@dataclass
-class Stack:
-    """Every loaded adapter's pair for one (layer, projection), side by side: A's rows
-    and B's columns one adapter after another (``owner``: each column's slot).
-
-    A step that mixes adapters multiplies every token by all of them at once and masks
-    out the columns that are not its own adapter's: two matrix products per projection
-    whatever the number of adapters, instead of two per adapter (the ranks are small,
-    so the products over other adapters' columns cost less than the extra ops did).
-    """
-
-    a: torch.Tensor  # [C, in]
-    b: torch.Tensor  # [out, C]
-    owner: torch.Tensor  # [C] slot of each column
-    layout: tuple[int, ...]  # ``owner`` as a key for the step's mask cache
 
 
 # A step with adapters mixed runs on the stacks unless fewer than this fraction of the
@@ -329,7 +359,7 @@ class AdapterSet:
         self.adapters: list[LoraAdapter] = []
         self.current: LoraStep | None = None  # set for the forward pass of a step
         self._hooked = False
-        self._stacks: dict[tuple[int, str], Stack] = {}
+        self._stacks: dict[tuple[int, str], LowRank] = {}
         self._stacked = 0  # how many adapters the stacks hold
 
     def add(self, adapter: LoraAdapter) -> int:
@@ -401,27 +431,39 @@ class AdapterSet:
         return add_delta
 
 
-def _stack(adapters: list[LoraAdapter]) -> dict[tuple[int, str], Stack]:
-    """Each (layer, projection)'s pairs of all ``adapters`` side by side."""
-    keys = {key for adapter in adapters for key in adapter.pairs}
+def _stack(adapters: list[LoraAdapter]) -> dict[tuple[int, str], LowRank]:
+    """Each (layer, projection)'s updates of all ``adapters`` side by side."""
+    keys = {key for adapter in adapters for key in adapter.updates}
     stacks = {}
     for key in keys:
-        owned = [(slot, a.pairs[key]) for slot, a in enumerate(adapters) if key in a.pairs]
-        owner = [slot for slot, (a, _) in owned for _ in range(a.shape[0])]
-        device = owned[0][1][0].device
-        stacks[key] = Stack(
-            a=torch.cat([a for _, (a, _) in owned]).contiguous(),
-            b=torch.cat([b for _, (_, b) in owned], dim=1).contiguous(),
-            owner=torch.tensor(owner, device=device),
-            layout=tuple(owner),
-        )
+        pieces = []
+        for slot, adapter in enumerate(adapters):
+            update = adapter.updates.get(key)
+            for r0, _, c0, c1, b in update.parts if update is not None else ():
+                pieces.append((slot, r0, update.a[c0:c1], b))
+        stacks[key] = low_rank(pieces)
     return stacks
 
 
+def _add_parts(
+    out: torch.Tensor, h: torch.Tensor, update: LowRank, rows: torch.Tensor | None
+) -> None:
+    """``out[rows, r0:r1] += h[:, c0:c1] @ B^T`` for each part (all rows: ``rows`` None)."""
+    for r0, r1, c0, c1, b in update.parts:
+        whole = r0 == 0 and r1 == out.shape[1]
+        target = out if whole else out[:, r0:r1]
+        part = h if c0 == 0 and c1 == h.shape[1] else h[:, c0:c1]
+        delta = (part @ b.T).to(out.dtype)
+        if rows is None:
+            target.add_(delta)
+        else:
+            target.index_add_(0, rows, delta)
+
+
 def apply_stacked(
-    out: torch.Tensor, x: torch.Tensor, step: LoraStep, stack: Stack | None
+    out: torch.Tensor, x: torch.Tensor, step: LoraStep, stack: LowRank | None
 ) -> torch.Tensor:
-    """``out`` plus each row's own adapter's delta, through the stacked pairs: the
+    """``out`` plus each row's own adapter's delta, through the stacked updates: the
     columns of other adapters (all of them for a base row) are masked to zero."""
     if stack is None:
         return out
@@ -430,8 +472,7 @@ def apply_stacked(
         assert step.slots is not None
         mask = (step.slots[:, None] == stack.owner[None, :]).float()
         step.masks[stack.layout] = mask
-    low = (x.float() @ stack.a.T).mul_(mask)
-    out.add_((low @ stack.b.T).to(out.dtype))
+    _add_parts(out, (x.float() @ stack.a.T).mul_(mask), stack, None)
     return out
 
 
@@ -444,14 +485,9 @@ def apply_deltas(
 ) -> torch.Tensor:
     """``out`` plus each adapter's low-rank delta on its rows, computed in fp32."""
     for slot, rows in step.groups:
-        pair = adapters[slot].pairs.get(key)
-        if pair is None:
+        update = adapters[slot].updates.get(key)
+        if update is None:
             continue
-        a, b = pair
         xs = x if rows is None else x.index_select(0, rows)
-        delta = (xs.float() @ a.T) @ b.T
-        if rows is None:
-            out.add_(delta.to(out.dtype))
-        else:
-            out.index_add_(0, rows, delta.to(out.dtype))
+        _add_parts(out, xs.float() @ update.a.T, update, rows)
     return out
