@@ -1,14 +1,15 @@
 """What mixing LoRA adapters in one batch costs: 8 streams on 8 adapters against 8 on the base.
 
-The default model gets ``--adapters`` random PEFT LoRAs (rank ``--rank`` on every
-projection: q/k/v/o, gate/up/down), made here with ``peft``. Rounds alternate, in one
-engine, between three runs of ``--streams`` concurrent greedy requests: all on the
-base model, all on one adapter, and each on a different adapter. The best round of
+The default model gets ``--adapters`` random PEFT LoRAs (rank ``--rank`` on
+``--targets``, by default every projection: q/k/v/o, gate/up/down), made here with
+``peft``. Rounds alternate, in one engine, between runs of ``--streams`` concurrent
+greedy requests: all on the base model (with the fused decode layer, then op by op),
+all on one adapter, and each on a different adapter. The best round of
 each is kept; the ratios to the base-only run are what to read (the target: mixed
 within 1.3x of base-only, i.e. a ratio of at least 1/1.3 = 0.77).
 
 A step with any adapter token runs the model op by op: int4's fused C++ decode layer
-cannot add the deltas, so "one adapter" also shows what leaving that path costs.
+cannot add the deltas; "base, op by op" shows what leaving that path costs alone.
 
     python benchmarks/bench_lora.py            # 64 tokens, 3 rounds
     python benchmarks/bench_lora.py --quick    # 16 tokens, one round
@@ -38,7 +39,7 @@ OUT = RESULTS.parent / "lora.json"
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def make_adapters(where: Path, count: int, rank: int) -> dict[str, Path]:
+def make_adapters(where: Path, count: int, rank: int, targets: list[str]) -> dict[str, Path]:
     """``count`` random PEFT LoRA adapters for the default model, saved under ``where``."""
     import torch
     from peft import LoraConfig, get_peft_model
@@ -53,7 +54,7 @@ def make_adapters(where: Path, count: int, rank: int) -> dict[str, Path]:
         base = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **extra)
         torch.manual_seed(i)
         config = LoraConfig(
-            r=rank, lora_alpha=2 * rank, target_modules=TARGETS, init_lora_weights=False
+            r=rank, lora_alpha=2 * rank, target_modules=targets, init_lora_weights=False
         )
         dirs[f"lora{i}"] = where / f"lora{i}"
         get_peft_model(base, config).save_pretrained(dirs[f"lora{i}"])
@@ -73,13 +74,18 @@ async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
     cycle = itertools.cycle(names)
     kinds = {
         "base": adding(lambda: None),
+        "base, op by op": adding(lambda: None),
         "one adapter": adding(lambda: names[0]),
         "mixed adapters": adding(lambda: next(cycle)),
     }
+    model = engine.runner.model
     best = dict.fromkeys(kinds, 0.0)
     for _ in range(args.rounds):
         for kind, add in kinds.items():
             wait_for_quiet()
+            # What leaving the fused decode layer costs alone: its plan, cleared here
+            # (False: none), is worked out again (None) for the next run.
+            model._fused = False if kind == "base, op by op" else None
             run = await stream_requests(add, pool.take(args.streams), params, args.streams, kind)
             print(f"  {kind}: {run.tokens_per_s:.1f} tok/s")
             best[kind] = max(best[kind], run.tokens_per_s)
@@ -96,6 +102,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=8)
     parser.add_argument("--adapters", type=int, default=8)
     parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--targets", default=",".join(TARGETS), help="modules adapted")
     parser.add_argument("--dtype", default="auto", help="the engine's weight format")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
@@ -106,10 +113,12 @@ def main() -> None:
 
     engine = Engine(dtype=args.dtype)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, path in make_adapters(Path(tmp), args.adapters, args.rank).items():
+        for name, path in make_adapters(
+            Path(tmp), args.adapters, args.rank, args.targets.split(",")
+        ).items():
             engine.load_adapter(name, path)
     names = list(engine.adapters)
-    pool = PromptPool(make_prompts(engine.apply_chat_template, 3 * args.streams * args.rounds + 2))
+    pool = PromptPool(make_prompts(engine.apply_chat_template, 4 * args.streams * args.rounds + 2))
 
     async def run() -> dict:
         await warm_up(engine.add_request, pool.take(1)[0])
@@ -123,6 +132,7 @@ def main() -> None:
         "streams": args.streams,
         "adapters": args.adapters,
         "rank": args.rank,
+        "targets": args.targets.split(","),
         "max_tokens": args.max_tokens,
         **results,
     }

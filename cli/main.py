@@ -138,6 +138,7 @@ def serve(
         typer.Option(
             "--lora",
             envvar="M_SERVE_LORA",
+            metavar="NAME=PATH",
             rich_help_panel=MODEL,
             help="Load a LoRA or aLoRA adapter (a PEFT directory: adapter_config.json and adapter_model.safetensors) as NAME=PATH into the local engine, for every session; repeatable. A session whose model is NAME (e.g. a request's model, routed through client_options) generates with it; GET /v1/models lists NAME. See docs/engine.md, adapters.",
         ),
