@@ -137,7 +137,7 @@ class FallbackEngine:
             self._cond.notify()
         return stream
 
-    def load_adapter(self, name: str, path: str | Path) -> None:
+    def load_adapter(self, name: str, path: object) -> None:
         """Adapters run on the fast engine only: always ``AdapterLoadError``."""
         from mellea.engine.lora import AdapterLoadError
 
