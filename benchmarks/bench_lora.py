@@ -104,10 +104,11 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--targets", default=",".join(TARGETS), help="modules adapted")
     parser.add_argument("--dtype", default="auto", help="the engine's weight format")
+    parser.add_argument("--rounds", type=int, default=None, help="default: 3 (--quick: 1)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     args.max_tokens = 16 if args.quick else 64
-    args.rounds = 1 if args.quick else 3
+    args.rounds = args.rounds or (1 if args.quick else 3)
 
     from mellea.engine.engine import Engine
 
