@@ -133,6 +133,16 @@ def serve(
             help="Serve this model (a Hugging Face id, a model directory or a .gguf file) to every local and ollama session, whatever model the program names. Loaded at start; a model not here stops the start.",
         ),
     ] = None,
+    lora: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--lora",
+            envvar="M_SERVE_LORA",
+            metavar="NAME=PATH",
+            rich_help_panel=MODEL,
+            help="Load a LoRA or aLoRA adapter (a PEFT directory: adapter_config.json and adapter_model.safetensors) as NAME=PATH into the local engine, for every session; repeatable. A session whose model is NAME (e.g. a request's model, routed through client_options) generates with it; GET /v1/models lists NAME. See docs/engine.md, adapters.",
+        ),
+    ] = None,
     kv_cache_memory: Annotated[
         str | None,
         typer.Option(
@@ -338,6 +348,7 @@ def serve(
         kv_cache_memory=kv_cache_memory,
         dtype=dtype,
         model=model,
+        lora=list(lora or []),
         chat_template=str(chat_template) if chat_template else None,
         responses_db=responses_db,
         responses_lease=responses_lease,

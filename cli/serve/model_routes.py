@@ -1,4 +1,5 @@
-"""``GET /v1/models``: the one model this server serves, the program."""
+"""``GET /v1/models``: the program this server serves, and the ``--lora`` adapters a
+request's model may name."""
 
 from __future__ import annotations
 
@@ -19,14 +20,18 @@ def model_card(request: Request) -> ModelCard:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> ModelList:
-    """The one model this server serves: the program."""
-    return ModelList(data=[model_card(request)])
+    """The program, and the ``--lora`` adapters a request's model may name."""
+    adapters = request.app.state.settings.adapter_names
+    return ModelList(data=[model_card(request), *(ModelCard(id=name) for name in adapters)])
 
 
 @router.get("/v1/models/{model_id:path}")
 async def retrieve_model(model_id: str, request: Request) -> ModelCard:
     """The served program as a model: its docstring and the parameters ``serve()`` declares."""
-    model_name = request.app.state.settings.served_model_name
+    settings = request.app.state.settings
+    if model_id in settings.adapter_names:
+        return ModelCard(id=model_id)
+    model_name = settings.served_model_name
     if model_id != model_name:
         raise OpenAIError(
             404,

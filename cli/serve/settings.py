@@ -55,6 +55,7 @@ class ServeSettings:
     dtype: str = "auto"  # --dtype: the local engines' weight format (mellea.engine.quant)
     model: str | None = None  # --model: every local session serves this model
     chat_template: str | None = None  # a Jinja file used instead of the model's template
+    lora: list[str] = field(default_factory=list)  # --lora NAME=PATH: adapters for every engine
 
     @property
     def served_model_name(self) -> str:
@@ -75,7 +76,13 @@ class ServeSettings:
             if self.chat_template
             else None,
             progress=progress,
+            adapters=parse_lora(self.lora),
         )
+
+    @property
+    def adapter_names(self) -> list[str]:
+        """The ``--lora`` adapters' names (also listed by ``/v1/models``)."""
+        return list(parse_lora(self.lora))
 
     def to_env(self) -> None:
         """Store these settings for server processes started by uvicorn (reload, workers)."""
@@ -97,6 +104,20 @@ def read_api_keys(keys: list[str], key_file: Path | None) -> list[str]:
 
 class SettingsError(ValueError):
     """A setting that cannot work; the message is one line meant for the user."""
+
+
+def parse_lora(entries: list[str]) -> dict[str, str]:
+    """``--lora NAME=PATH`` entries as name -> path (``SettingsError`` for a bad one)."""
+    adapters: dict[str, str] = {}
+    for entry in entries:
+        name, sep, path = entry.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise SettingsError(f"--lora {entry!r}: give NAME=PATH (a PEFT adapter directory)")
+        if name in adapters:
+            raise SettingsError(f"--lora {entry!r}: the name {name!r} is given twice")
+        adapters[name] = str(Path(path).expanduser())
+    return adapters
 
 
 def check_settings(settings: ServeSettings) -> None:
@@ -130,6 +151,13 @@ def check_settings(settings: ServeSettings) -> None:
             ) from None
     if _is_database_url(settings.responses_db):
         check_responses_db(settings)
+    for name, path in parse_lora(settings.lora).items():
+        for needed in ("adapter_config.json", "adapter_model.safetensors"):
+            if not (Path(path) / needed).is_file():
+                raise SettingsError(
+                    f"--lora {name}={path}: no {needed} there (a PEFT adapter directory holds "
+                    "adapter_config.json and adapter_model.safetensors)"
+                )
     try:
         if settings.tool_call_parser:
             get_tool_parser(settings.tool_call_parser)

@@ -31,6 +31,11 @@ class LocalBackend(Backend):
     ``tool_call_parser`` names the format the model writes tool calls in, read for
     ``generate(tool_calls=True)`` (default: the runtime's, i.e. ``m serve
     --tool-call-parser``, else hermes).
+
+    A ``model_id`` that names a LoRA/aLoRA adapter loaded in the runtime (``m serve
+    --lora NAME=PATH``, or :meth:`load_adapter` on another session's backend) runs the
+    engine that holds it, with that adapter; ``ModelOption.ADAPTER`` in a request's
+    options picks another (or, as None, the base model).
     """
 
     def __init__(
@@ -47,10 +52,26 @@ class LocalBackend(Backend):
         runtime = runtime or current_runtime()
         self.tool_call_parser = tool_call_parser or runtime.tool_call_parser
         self.chat_template = runtime.chat_template  # m serve --chat-template, if given
+        # The adapter requests use unless their options name another (None: the base model).
+        self.adapter: str | None = None
+        if engine is None and isinstance(model_id, str):
+            engine = runtime.adapter_engine(model_id)
+            self.adapter = model_id if engine is not None else None
         self.engine = engine if engine is not None else runtime.engine(model_id, **engine_kwargs)
-        served_elsewhere = engine is None and runtime.model is not None
+        served_elsewhere = self.adapter is None and engine is None and runtime.model is not None
         named = None if served_elsewhere else model_name(model_id)
         self.model_id = named or self.engine.model_id
+
+    def load_adapter(self, name: str, path: Any) -> None:
+        """Load a PEFT LoRA/aLoRA adapter directory into this backend's engine under
+        ``name``, for requests to pick with ``ModelOption.ADAPTER`` (or sessions with
+        ``model_id=name``). ``AdapterLoadError`` (a ValueError) says what is wrong."""
+        self.engine.load_adapter(name, path)
+
+    @property
+    def adapters(self) -> dict[str, Any]:
+        """The adapters loaded in this backend's engine: name -> rank, targets, is_alora."""
+        return dict(getattr(self.engine, "adapters", None) or {})
 
     async def generate(
         self,
@@ -70,6 +91,7 @@ class LocalBackend(Backend):
         render = _template_args(options.get("chat_template_kwargs"), self.chat_template)
         forced_tools = _forced_tools(tools, options.get(ModelOption.TOOL_CHOICE))
         params = sampling_params(options)
+        params.adapter = options.get(ModelOption.ADAPTER, self.adapter)
         params.cache_salt = current_cache_salt()
         try:
             # Rendering and tokenizing a long prompt, and turning a schema into a grammar,
@@ -158,7 +180,8 @@ async def _chunks(stream: Any, texts: TokenTexts | None) -> AsyncIterator[Genera
 
 
 # Engine sampling fields under the request field a client sent them as.
-_WIRE_NAMES = {"logprobs": "top_logprobs"}
+# (an adapter is named by the request's model, through the program's session).
+_WIRE_NAMES = {"logprobs": "top_logprobs", "adapter": "model"}
 
 
 def _template_args(kwargs: Any, chat_template: str | None) -> dict[str, Any]:

@@ -8,7 +8,8 @@ Outside any app (plain scripts, tests) a default runtime with default settings i
 A runtime owns the local engines (one per resolved model: the model's directory,
 which for a hub snapshot includes its revision, plus dtype and device), the KV-cache
 budget they get, the tool-call format the local backend reads, the ``--model``
-override, how long loading steps are shown, warm-up and the engines' stats.
+override, the ``--lora`` adapters loaded into every engine it builds, how long loading
+steps are shown, warm-up and the engines' stats.
 The engine package knows nothing of it.
 """
 
@@ -66,6 +67,14 @@ class ModelUnavailableError(RequestError):
         return str(self.args[0])
 
 
+class AdapterUnavailableError(ModelUnavailableError):
+    """A runtime adapter (``--lora``) that does not load into its model's engine."""
+
+    def __init__(self, model: str, name: str, path: str, reason: str) -> None:
+        super().__init__(model, reason)
+        self.args = (f"adapter {name!r} (--lora {name}={path}) does not load: {reason}",)
+
+
 class Runtime:
     """Engines and settings shared by every local session of one app.
 
@@ -77,6 +86,9 @@ class Runtime:
     ``chat_template``: a Jinja chat template (text) used instead of the models' own.
     ``progress``: shows long loading steps (a context manager per step); default: logged.
     ``engine_factory``: builds engines (default: :func:`mellea.engine.build_engine`).
+    ``adapters``: LoRA/aLoRA adapters (name -> PEFT directory) loaded into every engine
+    built (``m serve --lora NAME=PATH``); a session whose model is one of their names
+    generates with it (see :meth:`adapter_engine`).
     """
 
     def __init__(
@@ -89,6 +101,7 @@ class Runtime:
         chat_template: str | None = None,
         progress: StepHook | None = None,
         engine_factory: EngineFactory | None = None,
+        adapters: dict[str, str] | None = None,
     ) -> None:
         self.kv_cache_memory = kv_cache_memory
         self.dtype = dtype
@@ -97,6 +110,7 @@ class Runtime:
         self.chat_template = chat_template
         self.progress = progress
         self.engine_factory = engine_factory
+        self.adapters = dict(adapters or {})
         self._engines: dict[tuple[Any, ...], InferenceEngine] = {}  # by resolved model
         self._spellings: dict[tuple[Any, ...], InferenceEngine] = {}  # by what was asked for
         self._noted: set[str] = set()
@@ -152,6 +166,22 @@ class Runtime:
                 self._engines[key] = engine
                 self._spellings[spelling] = engine
             return engine
+
+    def adapter_engine(self, name: str | None) -> InferenceEngine | None:
+        """The engine that holds an adapter named ``name``, or None when none does.
+
+        A loaded engine with that adapter (one the runtime loaded, or a program through
+        ``LocalBackend.load_adapter``); for a ``--lora`` adapter before any engine is
+        loaded, the engine of the served model (``--model``, else the default), built now.
+        """
+        if not name:
+            return None
+        for engine in self.engines():
+            if name in (getattr(engine, "adapters", None) or {}):
+                return engine
+        if name in self.adapters:
+            return self.engine()
+        return None
 
     def engines(self) -> list[InferenceEngine]:
         """The engines loaded so far."""
@@ -220,8 +250,21 @@ class Runtime:
             raise TypeError(f"{type(engine).__name__} is not an InferenceEngine (no {missing})")
         # Reported in stats and metrics: the name asked for, not the cache directory.
         engine.model_id = model.model_id
+        self._load_adapters(engine, model.model_id)
         log.info("model %s: %s weights", engine.model_id, engine.weights)  # what auto chose
         return engine
+
+    def _load_adapters(self, engine: InferenceEngine, spec: str | None) -> None:
+        """Load the runtime's adapters into a new engine; one that does not load stops
+        it (:class:`ModelUnavailableError` naming the adapter and why)."""
+        for name, path in self.adapters.items():
+            try:
+                engine.load_adapter(name, path)
+            except ValueError as exc:  # AdapterLoadError
+                engine_shutdown = getattr(engine, "shutdown", None)
+                if engine_shutdown is not None:
+                    engine_shutdown()
+                raise AdapterUnavailableError(spec or "default", name, path, str(exc)) from None
 
 
 _current: contextvars.ContextVar[Runtime | None] = contextvars.ContextVar(

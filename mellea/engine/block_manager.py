@@ -9,7 +9,10 @@ list is LRU: blocks are taken from its front and freed onto its back; blocks
 without a hash are put in front, as nobody can reuse them.
 
 A sequence's ``cache_salt`` (see ``SamplingParams``) seeds the chain of its first
-block, so sequences with different salts never share a cached block.
+block, so sequences with different salts never share a cached block. A block whose
+K/V an adapter computed (see :mod:`mellea.engine.lora`) hashes the adapter's key in
+too: a LoRA's from the first block, an aLoRA's from the block holding its activation
+point, so an aLoRA request reuses the base model's blocks before it.
 """
 
 from __future__ import annotations
@@ -21,11 +24,23 @@ from collections import OrderedDict
 from mellea.engine.sequence import Sequence
 
 
-def block_hash(previous: bytes | None, token_ids: list[int]) -> bytes:
-    """Content hash of one block, chained over the hash of the block before it."""
+def block_hash(previous: bytes | None, token_ids: list[int], adapter: bytes | None = None) -> bytes:
+    """Content hash of one block, chained over the hash of the block before it (and
+    keyed by the adapter that computed it, if one did)."""
     digest = hashlib.blake2b(previous or b"", digest_size=16)
     digest.update(array("q", token_ids).tobytes())
+    if adapter is not None:
+        digest.update(adapter)
     return digest.digest()
+
+
+def adapter_key(seq: Sequence, block: int, block_size: int) -> bytes | None:
+    """The adapter key of ``seq``'s block number ``block``: None where the base model
+    computed all of its tokens."""
+    use = seq.adapter
+    if use is None or (block + 1) * block_size <= use.start:
+        return None
+    return use.key
 
 
 def salt_root(salt: str | None) -> bytes | None:
@@ -77,7 +92,7 @@ class BlockManager:
         hits: list[int] = []
         previous = salt_root(seq.params.cache_salt)
         for i in range((seq.num_tokens - 1) // bs):
-            h = block_hash(previous, seq.token_ids[i * bs : (i + 1) * bs])
+            h = block_hash(previous, seq.token_ids[i * bs : (i + 1) * bs], adapter_key(seq, i, bs))
             block = self.cached.get(h)
             if block is None:
                 break
@@ -128,7 +143,7 @@ class BlockManager:
             previous = (
                 seq.block_hashes[-1] if seq.block_hashes else salt_root(seq.params.cache_salt)
             )
-            h = block_hash(previous, seq.token_ids[i * bs : (i + 1) * bs])
+            h = block_hash(previous, seq.token_ids[i * bs : (i + 1) * bs], adapter_key(seq, i, bs))
             seq.block_hashes.append(h)
             block = seq.block_table[i]
             if h not in self.cached and self.hashes[block] is None:

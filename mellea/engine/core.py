@@ -31,6 +31,7 @@ from mellea.engine.config import (
     resolve_format,
 )
 from mellea.engine.constraints import Constraint
+from mellea.engine.lora import AdapterInfo, AdapterUse, LoraAdapter, load_peft_adapter
 from mellea.engine.model_runner import ModelRunner, StepInputs
 from mellea.engine.quant import faster_opt_in
 from mellea.engine.sampler import SamplingFailed
@@ -38,7 +39,7 @@ from mellea.engine.scheduler import ScheduledBatch, Scheduler
 from mellea.engine.sequence import Sequence
 from mellea.engine.stops import StopChecker
 from mellea.engine.switches import read_switches
-from mellea.engine.types import FinishReason, SamplingParams, TokenLogprobs
+from mellea.engine.types import FinishReason, SamplingParams, SamplingParamsError, TokenLogprobs
 from mellea.engine.validation import check_engine_sizes, unsampleable, validate_request
 
 log = logging.getLogger("mellea.engine")
@@ -147,7 +148,47 @@ class EngineCore:
             seq.generator = torch.Generator().manual_seed(params.seed)
         seq.stop_checker = StopChecker(params, self.eos_token_ids, max_tokens)
         seq.constraint = constraint
+        if params.adapter is not None:
+            seq.adapter = self._adapter_use(params.adapter, prompt_ids)
         return seq
+
+    def _adapter_use(self, name: object, prompt_ids: list[int]) -> AdapterUse | None:
+        adapters = self.runner.adapters
+        if not isinstance(name, str) or name not in adapters.by_name:
+            loaded = ", ".join(sorted(adapters.by_name)) or "none"
+            raise SamplingParamsError(
+                "adapter", f"no adapter named {name!r} is loaded (loaded: {loaded})"
+            )
+        return adapters.use(name, prompt_ids)
+
+    # -- adapters -------------------------------------------------------------------
+
+    def read_adapter(self, name: str, path: str | Path) -> LoraAdapter:
+        """Read a PEFT adapter directory for this model (no lock needed); see
+        :meth:`add_adapter`. Raises ``AdapterLoadError``."""
+        from mellea.engine.lora import AdapterLoadError
+        from mellea.engine.model import qkv_row_order
+
+        if not isinstance(name, str) or not name.strip():
+            raise AdapterLoadError("an adapter needs a non-empty name")
+        if name in self.runner.adapters.by_name:
+            raise AdapterLoadError(f"an adapter named {name!r} is already loaded")
+        model = self.runner.model
+        rows = qkv_row_order(self.model_config) if model.fast_cpu else None
+        return load_peft_adapter(name, path, self.model_config, rows, self.config.device)
+
+    def add_adapter(self, adapter: LoraAdapter) -> None:
+        """Make a read adapter available to new requests (``SamplingParams.adapter``)."""
+        self.runner.adapters.add(adapter)
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """Read and add a PEFT adapter directory under ``name``."""
+        self.add_adapter(self.read_adapter(name, path))
+
+    @property
+    def adapters(self) -> dict[str, AdapterInfo]:
+        """Name -> rank, targets and whether it is an aLoRA, of each loaded adapter."""
+        return self.runner.adapters.info()
 
     def add(self, seq: Sequence) -> None:
         """Queue a sequence; ``ValueError`` if its request id is already running."""

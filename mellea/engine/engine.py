@@ -14,6 +14,7 @@ import asyncio
 import atexit
 import collections
 import logging
+import os
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ from mellea.engine.config import EngineConfig, ModelConfig
 from mellea.engine.constraints import Constraint, ConstraintCompiler
 from mellea.engine.core import EngineCore, StepOutput
 from mellea.engine.loader import ResolvedModel, locate_model
+from mellea.engine.lora import AdapterInfo
 from mellea.engine.model_runner import ModelRunner
 from mellea.engine.output import DeltaBuilder, eos_token_ids
 from mellea.engine.scheduler import Scheduler
@@ -241,6 +243,24 @@ class Engine:
     def scheduler(self) -> Scheduler:
         """The scheduler."""
         return self.core.scheduler
+
+    def load_adapter(self, name: str, path: str | os.PathLike) -> None:
+        """Load a PEFT LoRA or aLoRA adapter directory (``adapter_config.json`` and
+        ``adapter_model.safetensors``) for requests to name in ``SamplingParams.adapter``.
+
+        Raises ``AdapterLoadError`` (a ValueError) naming what is missing or wrong, or
+        when the name is taken. Safe while requests run.
+        """
+        adapter = self.core.read_adapter(name, path)
+        with self._cond:
+            self.core.add_adapter(adapter)
+
+    @property
+    def adapters(self) -> dict[str, AdapterInfo]:
+        """Name -> :class:`~mellea.engine.lora.AdapterInfo` (rank, targets, is_alora) of
+        each loaded adapter."""
+        with self._cond:
+            return self.core.adapters
 
     def apply_chat_template(
         self,

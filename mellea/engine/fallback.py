@@ -32,7 +32,7 @@ from mellea.engine.output import DeltaBuilder, eos_token_ids
 from mellea.engine.sampler import build_sampling_batch, sample
 from mellea.engine.sequence import Sequence, SequenceStatus
 from mellea.engine.stops import StopChecker
-from mellea.engine.types import FinishReason, RequestOutput, SamplingParams
+from mellea.engine.types import FinishReason, RequestOutput, SamplingParams, SamplingParamsError
 from mellea.engine.validation import validate_request
 
 log = logging.getLogger("mellea.engine")
@@ -132,6 +132,10 @@ class FallbackEngine:
         loop = asyncio.get_running_loop()
         ids = self._tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         max_tokens = validate_request(ids, params, self.vocab_size, self.max_model_len)
+        if params.adapter is not None:
+            raise SamplingParamsError(
+                "adapter", f"model {self.model_id!r} runs without adapters (no adapter is loaded)"
+            )
         request_id = request_id or uuid.uuid4().hex
         seq = Sequence(request_id, ids, params, max_tokens)
         if params.seed is not None:
@@ -150,6 +154,20 @@ class FallbackEngine:
             self._running[request_id] = (seq, weakref.ref(stream), builder, None)
             self._cond.notify()
         return stream
+
+    def load_adapter(self, name: str, path: object) -> None:
+        """Adapters run on the fast engine only: always ``AdapterLoadError``."""
+        from mellea.engine.lora import AdapterLoadError
+
+        raise AdapterLoadError(
+            f"cannot load adapter {name!r}: model {self.model_id!r} runs on transformers' "
+            "forward (the fallback engine), which serves no LoRA adapters"
+        )
+
+    @property
+    def adapters(self) -> dict:
+        """No adapters load here (see :meth:`load_adapter`)."""
+        return {}
 
     def abort(self, request_id: str) -> None:
         """Stop a request; its stream ends with "abort"."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,9 @@ from mellea.engine.cpu_attention import (
 from mellea.engine.rope import interleaved_order, rope_tables, rotations
 from mellea.engine.switches import read_switches
 from mellea.engine.weights import load_weights
+
+if TYPE_CHECKING:
+    from mellea.engine.lora import AdapterSet
 
 __all__ = ["AttentionMetadata", "ComputePath", "DecoderModel", "build_model"]
 
@@ -407,6 +411,7 @@ class DecoderModel(nn.Module):
         self.embed_scale = cfg.embed_scale
         self.rope: dict[str, torch.Tensor] = {}
         self._fused: list[tuple] | None = None  # see plan_fused_decode
+        self.adapters: AdapterSet | None = None  # LoRA deltas, hooked on the projections
 
     def set_path(self, path: ComputePath) -> None:
         """Run ``path`` from now on: within the family the model was built for (the CPU
@@ -442,8 +447,11 @@ class DecoderModel(nn.Module):
         rope = self.rope
         if self.fast_cpu:
             rope = {kind: table[positions].unsqueeze(1) for kind, table in rope.items()}
+        # The fused C++ layer cannot add LoRA deltas: a step with adapter tokens runs per op.
+        lora = self.adapters is not None and self.adapters.current is not None
         if (
             self.path is ComputePath.CPP_FUSED
+            and not lora
             and meta.num_decode == x.shape[0]
             and kv_caches[0][0].dtype == torch.float32
         ):

@@ -13,6 +13,7 @@ import torch
 from mellea.engine.compute_path import ComputePath
 from mellea.engine.config import EngineConfig, ModelConfig
 from mellea.engine.cuda_graphs import DecodeGraphs, graphs_enabled
+from mellea.engine.lora import AdapterSet, LoraStep
 from mellea.engine.model import AttentionMetadata, build_model
 from mellea.engine.quant import convert_weights
 from mellea.engine.sampler import SamplingBatch, build_sampling_batch, sample
@@ -31,6 +32,7 @@ class StepInputs:
     logits_indices: torch.Tensor | None  # rows of the flat batch to sample from; None: all
     sampled: list[Sequence]  # one per sampled row
     sampling: SamplingBatch
+    lora: LoraStep | None = None  # the adapters' rows; None when every token is the base's
 
 
 def _table(rows: list[list[int]], device: torch.device) -> torch.Tensor:
@@ -75,6 +77,12 @@ def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
         return torch.frombuffer(buffer, dtype=dtype, count=numel).view(shape)
 
 
+def _slot(seq: Sequence, position: int) -> int:
+    """The adapter slot of ``seq``'s token at ``position``; -1 for the base model."""
+    use = seq.adapter
+    return -1 if use is None or position < use.start else use.slot
+
+
 class ModelRunner:
     """Runs the model over a flat batch and samples the next token of each sequence."""
 
@@ -112,6 +120,8 @@ class ModelRunner:
         self.k_cache = zeroed(shape, cfg.dtype, cfg.device)
         self.v_cache = zeroed(shape, cfg.dtype, cfg.device)
         self.kv_caches = list(zip(self.k_cache.unbind(0), self.v_cache.unbind(0), strict=True))
+        self.adapters = AdapterSet()  # LoRA/aLoRA adapters (mellea.engine.lora)
+        self.model.adapters = self.adapters
         self.graphs: DecodeGraphs | None = None
         if graphs_enabled(cfg.device):
             model_len = cfg.max_model_len or model_cfg.max_position_embeddings
@@ -182,7 +192,25 @@ class ModelRunner:
             logits_indices=None if len(rows) == len(ids) else torch.tensor(rows, device=dev),
             sampled=sampled,
             sampling=build_sampling_batch(sampled, self.model_cfg.vocab_size),
+            lora=self._lora_step(batch),
         )
+
+    def _lora_step(self, batch: ScheduledBatch) -> LoraStep | None:
+        """Each token's adapter slot (-1: base; an aLoRA's tokens before its activation
+        point too), in the flat batch's order, as groups; None when no token has one."""
+        if not any(seq.adapter for seq in batch.decodes) and not any(
+            seq.adapter for seq, _ in batch.prefills
+        ):
+            return None
+        slots = [_slot(seq, seq.num_computed) for seq in batch.decodes]
+        for seq, n in batch.prefills:
+            use, start = seq.adapter, seq.num_computed
+            if use is None:
+                slots.extend([-1] * n)
+            else:
+                active = max(0, min(n, start + n - use.start))
+                slots.extend([-1] * (n - active) + [use.slot] * active)
+        return self.adapters.plan(slots, self.device)
 
     @torch.inference_mode()
     def execute(self, inputs: StepInputs) -> tuple[list[int], list[TokenLogprobs | None] | None]:
@@ -190,9 +218,15 @@ class ModelRunner:
 
         Also returns their logprobs (see :func:`sample`): None when none asked.
         """
+        if inputs.lora is not None:
+            self.adapters.install(self.model)
         logits = self._graph_logits(inputs)
         if logits is None:
-            hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
+            self.adapters.current = inputs.lora
+            try:
+                hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
+            finally:
+                self.adapters.current = None
             if not inputs.sampled:
                 return [], None
             if inputs.logits_indices is not None:
@@ -208,6 +242,7 @@ class ModelRunner:
         meta = inputs.meta
         if (
             self.graphs is None
+            or inputs.lora is not None
             or not inputs.sampled
             or inputs.logits_indices is not None
             or meta.num_decode != inputs.input_ids.shape[0]

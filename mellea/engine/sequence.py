@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     import torch
 
     from mellea.engine.constraints import Constraint
+    from mellea.engine.lora import AdapterUse
     from mellea.engine.stops import StopChecker
 
 
@@ -52,6 +53,7 @@ class Sequence:
         self.generator: torch.Generator | None = None
         self.stop_checker: StopChecker | None = None
         self.constraint: Constraint | None = None  # the grammar the output must follow
+        self.adapter: AdapterUse | None = None  # the LoRA it runs with, from where
 
     @property
     def num_tokens(self) -> int:

@@ -48,6 +48,9 @@ class SamplingParams:
     # Partitions the prefix cache: only requests with the same salt share cached blocks
     # (the server salts each API key's requests, so no tenant can probe another's prompts).
     cache_salt: str | None = None
+    # The name of a loaded LoRA/aLoRA adapter (Engine.load_adapter) to generate with;
+    # None for the base model. Requests for different adapters share a batch.
+    adapter: str | None = None
 
 
 @dataclass

@@ -1,0 +1,146 @@
+"""What mixing LoRA adapters in one batch costs: 8 streams on 8 adapters against 8 on the base.
+
+The default model gets ``--adapters`` random PEFT LoRAs (rank ``--rank`` on
+``--targets``, by default every projection: q/k/v/o, gate/up/down), made here with
+``peft``. Rounds alternate, in one engine, between runs of ``--streams`` concurrent
+greedy requests: all on the base model (with the fused decode layer, then op by op),
+all on one adapter, and each on a different adapter. The best round of
+each is kept; the ratios to the base-only run are what to read (the target: mixed
+within 1.3x of base-only, i.e. a ratio of at least 1/1.3 = 0.77).
+
+A step with any adapter token runs the model op by op: int4's fused C++ decode layer
+cannot add the deltas; "base, op by op" shows what leaving that path costs alone.
+
+    python benchmarks/bench_lora.py            # 64 tokens, 3 rounds
+    python benchmarks/bench_lora.py --quick    # 16 tokens, one round
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from bench_engine import (
+    RESULTS,
+    PromptPool,
+    greedy_params,
+    make_prompts,
+    stream_requests,
+    wait_for_quiet,
+    warm_up,
+)
+
+OUT = RESULTS.parent / "lora.json"
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def make_adapters(where: Path, count: int, rank: int, targets: list[str]) -> dict[str, Path]:
+    """``count`` random PEFT LoRA adapters for the default model, saved under ``where``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from mellea.engine.gguf_file import transformers_weights
+    from mellea.engine.loader import resolve_model
+
+    source, extra = transformers_weights(resolve_model(None))
+    dirs = {}
+    for i in range(count):
+        base = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **extra)
+        torch.manual_seed(i)
+        config = LoraConfig(
+            r=rank, lora_alpha=2 * rank, target_modules=targets, init_lora_weights=False
+        )
+        dirs[f"lora{i}"] = where / f"lora{i}"
+        get_peft_model(base, config).save_pretrained(dirs[f"lora{i}"])
+    return dirs
+
+
+async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
+    """Best tokens/s of each run kind over the rounds, and their ratios to base-only."""
+    params = greedy_params(args.max_tokens)
+
+    def adding(choose):
+        def add(prompt, p):
+            return engine.add_request(prompt, replace(p, adapter=choose()))
+
+        return add
+
+    cycle = itertools.cycle(names)
+    kinds = {
+        "base": adding(lambda: None),
+        "base, op by op": adding(lambda: None),
+        "one adapter": adding(lambda: names[0]),
+        "mixed adapters": adding(lambda: next(cycle)),
+    }
+    model = engine.runner.model
+    best = dict.fromkeys(kinds, 0.0)
+    for _ in range(args.rounds):
+        for kind, add in kinds.items():
+            wait_for_quiet()
+            # What leaving the fused decode layer costs alone: its plan, cleared here
+            # (False: none), is worked out again (None) for the next run.
+            model._fused = False if kind == "base, op by op" else None
+            run = await stream_requests(add, pool.take(args.streams), params, args.streams, kind)
+            print(f"  {kind}: {run.tokens_per_s:.1f} tok/s")
+            best[kind] = max(best[kind], run.tokens_per_s)
+    ratios = {k: round(v / best["base"], 3) for k, v in best.items()}
+    for kind, ratio in ratios.items():
+        print(f"{kind}: {best[kind]:.1f} tok/s, {ratio:.3f} of base-only")
+    return {"tokens_per_s": best, "ratio_to_base": ratios}
+
+
+def main() -> None:
+    """Parse options, make the adapters, run, print and save."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="16 tokens, one round")
+    parser.add_argument("--streams", type=int, default=8)
+    parser.add_argument("--adapters", type=int, default=8)
+    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--targets", default=",".join(TARGETS), help="modules adapted")
+    parser.add_argument("--dtype", default="auto", help="the engine's weight format")
+    parser.add_argument("--rounds", type=int, default=None, help="default: 3 (--quick: 1)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    args.max_tokens = 16 if args.quick else 64
+    args.rounds = args.rounds or (1 if args.quick else 3)
+
+    from mellea.engine.engine import Engine
+
+    engine = Engine(dtype=args.dtype)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, path in make_adapters(
+            Path(tmp), args.adapters, args.rank, args.targets.split(",")
+        ).items():
+            engine.load_adapter(name, path)
+    names = list(engine.adapters)
+    pool = PromptPool(make_prompts(engine.apply_chat_template, 4 * args.streams * args.rounds + 2))
+
+    async def run() -> dict:
+        await warm_up(engine.add_request, pool.take(1)[0])
+        return await compare(engine, pool, names, args)
+
+    results = asyncio.run(run())
+    weights = engine.config.weights
+    engine.shutdown()
+    report = {
+        "weights": weights,
+        "streams": args.streams,
+        "adapters": args.adapters,
+        "rank": args.rank,
+        "targets": args.targets.split(","),
+        "max_tokens": args.max_tokens,
+        **results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,371 @@
+"""LoRA and aLoRA adapters (mellea/engine/lora.py) against PEFT + transformers.
+
+Tiny random models of two families (Llama 3 with biases; OLMo 2 with q/k norms over
+the whole projection, whose q/k rows the CPU path reorders) get random PEFT adapters
+made here (``init_lora_weights=False``, so B is not zero): a LoRA on every projection,
+an rsLoRA on a few, and an aLoRA. Base, adapter and aLoRA requests run in one batch,
+with small prefill chunks and KV blocks, then again with their prefixes cached. Each
+one's greedy tokens and top-5 logprobs must equal PEFT's with the same adapter, in
+fp32 exactly (within ``LOGPROB_ATOL``) and in bf16, int8 and int4 against PEFT over
+the base weights rounded as that format stores them (bf16: its products too), within
+what the kernels' own rounding leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from mellea.engine.types import SamplingParams, SamplingParamsError
+from tests.engine.test_families import build_family
+
+LOGPROB_ATOL = 2e-3  # fp32 on both sides (see test_families)
+TOP_K = 5
+NEW_TOKENS = 6
+BLOCK_SIZE = 4
+CHUNK = 16  # max_num_batched_tokens: longer prompts prefill in several steps
+INVOCATION = [901, 902, 903]  # the aLoRA's invocation tokens
+FAMILIES = ["llama3", "olmo2"]
+ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+P1 = list(range(300, 323))
+P2 = list(range(7000, 7031, 2))
+CONVERSATION = list(range(1200, 1240, 3))
+P3 = CONVERSATION + [5, 6, 7] + INVOCATION + [11, 12]  # the aLoRA applies from INVOCATION
+
+
+def make_adapter(model_dir: Path, out: Path, seed: int, **lora: object) -> Path:
+    """Save a random PEFT adapter for the model in ``model_dir`` to ``out``."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    torch.manual_seed(seed)
+    config = LoraConfig(task_type="CAUSAL_LM", init_lora_weights=False, **lora)
+    model = get_peft_model(base, config)
+    with torch.no_grad():  # PEFT's B init is small next to these models' weights
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.mul_(4.0)
+    model.save_pretrained(out)
+    return out
+
+
+ADAPTERS = {
+    "lora": dict(r=4, lora_alpha=8, target_modules=ALL_TARGETS),
+    "rslora": dict(
+        r=8, lora_alpha=4, use_rslora=True, target_modules=["q_proj", "v_proj", "down_proj"]
+    ),
+    "alora": dict(
+        r=4,
+        lora_alpha=8,
+        target_modules=["q_proj", "k_proj", "v_proj"],
+        alora_invocation_tokens=INVOCATION,
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request, tmp_path_factory, tiny_model_dir):
+    """(name, model dir, {adapter name: dir}) of each family."""
+    name = request.param
+    path = tmp_path_factory.mktemp(name)
+    build_family(name, path, tiny_model_dir)
+    dirs = {
+        adapter: make_adapter(path, path / f"adapter-{adapter}", seed, **config)
+        for seed, (adapter, config) in enumerate(ADAPTERS.items())
+    }
+    return name, path, dirs
+
+
+def _bf16_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """What Bf16Linear computes: a bf16 multiply (its product rounded), the bias in fp32."""
+    out = nn.functional.linear(x.to(torch.bfloat16), module.weight.to(torch.bfloat16)).float()
+    return out if module.bias is None else out + module.bias
+
+
+def round_linears(model: nn.Module, fmt: str) -> None:
+    """Round a transformers model's decoder linears as ``fmt`` stores them (in place);
+    for bfloat16 their products too, as Bf16Linear does (a LoRA's stay fp32)."""
+    from mellea.engine.quant import GROUP, dequantize_groups, quantize_groups, quantize_rows
+
+    if fmt == "float32":
+        return
+    with torch.no_grad():
+        for name, module in list(model.named_modules()):
+            if ".layers." not in name or "lora" in name or type(module) is not nn.Linear:
+                continue
+            w = module.weight
+            if fmt == "int4" and w.shape[1] % GROUP == 0:
+                w.copy_(dequantize_groups(*quantize_groups(w)))
+            elif fmt in ("int8", "int4"):
+                q, scale = quantize_rows(w)
+                w.copy_(q.float() * scale[:, None])
+            else:
+                w.copy_(w.to(torch.bfloat16).float())
+                module.forward = functools.partial(_bf16_linear, module)
+
+
+def reference_model(path: Path, dirs: dict[str, Path], fmt: str):
+    """PEFT over the base model (weights rounded as ``fmt``) with every adapter loaded."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    round_linears(base, fmt)
+    names = list(dirs)
+    model = PeftModel.from_pretrained(base, dirs[names[0]], adapter_name=names[0])
+    for name in names[1:]:
+        model.load_adapter(dirs[name], adapter_name=name)
+    return model.eval()
+
+
+def reference(model, adapter: str | None, prompt: list[int], tokens: list[int]) -> torch.Tensor:
+    """[len(tokens), vocab] log-softmax before each of ``tokens`` under ``adapter``."""
+    ids = torch.tensor([prompt + tokens])
+    with torch.inference_mode():
+        if adapter is None:
+            with model.disable_adapter():
+                logits = model(input_ids=ids).logits[0]
+        else:
+            model.set_adapter(adapter)
+            logits = model(input_ids=ids).logits[0]
+    return torch.log_softmax(logits.float()[len(prompt) - 1 : -1], dim=-1)
+
+
+def reference_greedy(model, adapter: str | None, prompt: list[int], n: int) -> list[int]:
+    """PEFT's own greedy continuation (its generate, with aLoRA offsets of its own)."""
+    kwargs = dict(max_new_tokens=n, do_sample=False, pad_token_id=0)
+    ids = torch.tensor([prompt])
+    mask = torch.ones_like(ids)
+    with torch.inference_mode():
+        if adapter is None:
+            with model.disable_adapter():
+                out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        else:
+            model.set_adapter(adapter)
+            out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+    return out[0, len(prompt) :].tolist()
+
+
+async def run(engine, requests: list[tuple[list[int], str | None]]):
+    """Submit all at once; per request (tokens, logprob entries, last output)."""
+
+    async def one(prompt, adapter):
+        params = SamplingParams(
+            max_tokens=NEW_TOKENS, logprobs=TOP_K, ignore_eos=True, adapter=adapter
+        )
+        tokens, entries, last = [], [], None
+        async for out in engine.add_request(prompt, params):
+            tokens += out.token_ids
+            entries += out.logprobs or []
+            last = out
+        return tokens, entries, last
+
+    return await asyncio.gather(*(one(p, a) for p, a in requests))
+
+
+def check(model, adapter, prompt, tokens, entries, fmt: str) -> None:
+    """Our tokens and top-5 logprobs against PEFT's under the same adapter."""
+    want = reference(model, adapter, prompt, tokens)
+    assert len(entries) == len(tokens) == NEW_TOKENS
+    if fmt == "float32":
+        assert tokens == reference_greedy(model, adapter, prompt, NEW_TOKENS), adapter
+    for row, token, entry in zip(want, tokens, entries, strict=True):
+        values, ids = row.topk(TOP_K)
+        got = torch.tensor([v for _, v in entry.top])
+        if fmt == "float32":
+            assert [t for t, _ in entry.top] == ids.tolist(), adapter
+            torch.testing.assert_close(got, values, atol=LOGPROB_ATOL, rtol=0)
+        else:  # the kernels round activations: close, and greedy wherever it is clear
+            ours = torch.tensor([t for t, _ in entry.top])
+            torch.testing.assert_close(row[ours], got, atol=FORMAT_ATOL[fmt], rtol=0)
+            if values[0] - values[1] > 2 * FORMAT_ATOL[fmt]:
+                assert token == ids[0].item(), adapter
+
+
+# What the kernels' own rounding (int8's and int4's of activations, the order of bf16
+# sums) moves a logprob by on these tiny models, measured up to 0.10 (bf16), 0.02
+# (int8), 0.07 (int4); a missing or misplaced delta moves the tokens themselves.
+FORMAT_ATOL = {"bfloat16": 0.2, "int8": 0.1, "int4": 0.15}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "stacked"),
+    [("float32", True), ("float32", False), ("bfloat16", True), ("int8", True), ("int4", True)],
+)
+async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, stacked: bool, monkeypatch):
+    """``stacked``: steps that mix adapters run on the stacked pairs; else per adapter."""
+    from mellea.engine import lora
+    from mellea.engine.engine import Engine
+
+    if not stacked:
+        monkeypatch.setattr(lora, "STACKED_MIN_SHARE", 2.0)
+    stacked_calls = []
+    real = lora.apply_stacked
+    monkeypatch.setattr(lora, "apply_stacked", lambda *a: stacked_calls.append(1) or real(*a))
+
+    _, path, dirs = family
+    model = reference_model(path, dirs, fmt)
+    engine = Engine(str(path), dtype=fmt, block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
+    try:
+        for adapter, where in dirs.items():
+            engine.load_adapter(adapter, where)
+        info = engine.adapters
+        assert info["alora"].is_alora and not info["lora"].is_alora
+        assert info["rslora"].rank == 8 and info["rslora"].targets == (
+            "down_proj",
+            "q_proj",
+            "v_proj",
+        )
+        first = [
+            (P1, None),
+            (P1, "lora"),
+            (P2, "rslora"),
+            (P3, "alora"),
+            (P2, "alora"),  # no invocation: the base model throughout
+        ]
+        results = await run(engine, first)
+        for (prompt, adapter), (tokens, entries, _) in zip(first, results, strict=True):
+            check(model, adapter, prompt, tokens, entries, fmt)
+        base_p1, lora_p1, _, alora_p3, alora_p2 = (r[0] for r in results)
+        if fmt == "float32":  # the adapters change the output
+            assert lora_p1 != base_p1
+            assert alora_p3 != reference_greedy(model, None, P3, NEW_TOKENS)
+            assert alora_p2 == reference_greedy(model, None, P2, NEW_TOKENS)
+
+        # Second round: the prefixes are cached, each under the adapter that computed it.
+        second = [
+            (P1[:20] + [50, 51], "lora"),
+            (P1[:20] + [50, 51], None),
+            (P2[:12] + [60, 61], None),  # P2 ran with adapters only, or as the base
+            (P3[:-1] + [13], "alora"),
+        ]
+        results = await run(engine, second)
+        for (prompt, adapter), (tokens, entries, _) in zip(second, results, strict=True):
+            check(model, adapter, prompt, tokens, entries, fmt)
+        cached = [r[2].cached_tokens for r in results]
+        assert cached[0] == cached[1] == 20  # P1's first 5 blocks, each from its own run
+        assert cached[2] == 12  # from the aLoRA request on P2, which ran as the base
+        start = P3.index(INVOCATION[0])
+        assert cached[3] == len(P3) - 1 - (len(P3) - 1) % BLOCK_SIZE  # incl. aLoRA blocks
+        assert cached[3] > start
+        assert bool(stacked_calls) == stacked
+    finally:
+        engine.shutdown()
+
+
+async def test_lora_blocks_never_serve_the_base_model(family):
+    from mellea.engine.engine import Engine
+
+    _, path, dirs = family
+    engine = Engine(str(path), block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
+    try:
+        engine.load_adapter("lora", dirs["lora"])
+        ((_, _, lora_run),) = await run(engine, [(P1, "lora")])
+        ((_, _, base_run),) = await run(engine, [(P1, None)])
+        ((_, _, again),) = await run(engine, [(P1, "lora")])
+    finally:
+        engine.shutdown()
+    assert lora_run.cached_tokens == 0 and base_run.cached_tokens == 0
+    assert again.cached_tokens == 20
+
+
+async def test_alora_after_a_base_answer_reuses_its_blocks(family):
+    """The check right after an answer: the aLoRA prompt is the conversation, the
+    base model's answer and the invocation; every full block before the invocation
+    comes from the base request's cache, and the tokens still equal PEFT's."""
+    from mellea.engine.engine import Engine
+
+    _, path, dirs = family
+    model = reference_model(path, {"alora": dirs["alora"]}, "float32")
+    engine = Engine(str(path), block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
+    try:
+        engine.load_adapter("alora", dirs["alora"])
+        ((answer, _, first),) = await run(engine, [(CONVERSATION, None)])
+        prompt = CONVERSATION + answer + INVOCATION + [11]
+        ((tokens, entries, last),) = await run(engine, [(prompt, "alora")])
+    finally:
+        engine.shutdown()
+    assert first.cached_tokens == 0
+    computed = len(CONVERSATION) + len(answer) - 1  # the answer's last token has no KV yet
+    assert last.cached_tokens == computed - computed % BLOCK_SIZE
+    assert last.cached_tokens >= len(CONVERSATION)
+    check(model, "alora", prompt, tokens, entries, "float32")
+
+
+async def test_unknown_adapter_is_a_sampling_params_error(make_engine):
+    engine = make_engine()
+    with pytest.raises(SamplingParamsError, match="no adapter named 'nope'") as err:
+        engine.add_request([5, 6, 7], SamplingParams(adapter="nope"))
+    assert err.value.field == "adapter"
+
+
+def test_bad_adapter_directories_are_refused_with_what_is_wrong(
+    make_engine, tmp_path, tiny_model_dir, family
+):
+    import json
+    import shutil
+
+    from mellea.engine.lora import AdapterLoadError
+
+    _, _, dirs = family
+    engine = make_engine()  # the tiny Llama: 2 layers, the family models have 3
+    with pytest.raises(AdapterLoadError, match="does not exist"):
+        engine.load_adapter("x", tmp_path / "missing")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(AdapterLoadError, match=r"no adapter_config\.json"):
+        engine.load_adapter("x", empty)
+    no_weights = tmp_path / "no-weights"
+    no_weights.mkdir()
+    shutil.copy(dirs["lora"] / "adapter_config.json", no_weights)
+    with pytest.raises(AdapterLoadError, match=r"no adapter_model\.safetensors"):
+        engine.load_adapter("x", no_weights)
+    with pytest.raises(AdapterLoadError, match=r"another base model|has 2 layers"):
+        engine.load_adapter("x", dirs["lora"])  # made for a model of another shape
+    dora = tmp_path / "dora"
+    shutil.copytree(dirs["lora"], dora)
+    config = json.loads((dora / "adapter_config.json").read_text())
+    (dora / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
+    with pytest.raises(AdapterLoadError, match="use_dora"):
+        engine.load_adapter("x", dora)
+    own = make_adapter(tiny_model_dir, tmp_path / "own", 0, r=2, target_modules=["o_proj"])
+    engine.load_adapter("own", own)
+    with pytest.raises(AdapterLoadError, match="already loaded"):
+        engine.load_adapter("own", own)
+    head = make_adapter(tiny_model_dir, tmp_path / "head", 0, r=2, target_modules=["lm_head"])
+    with pytest.raises(AdapterLoadError, match="lm_head"):
+        engine.load_adapter("head", head)
+    assert list(engine.adapters) == ["own"]
+
+
+def test_block_hashes_carry_the_adapter_from_where_it_applies():
+    from mellea.engine.block_manager import BlockManager
+    from mellea.engine.lora import AdapterUse, activation_start
+    from mellea.engine.sequence import Sequence
+
+    assert activation_start([1, 2, 3, 1, 2, 3, 4], [1, 2]) == 3
+    assert activation_start([1, 2, 3], [2, 4]) is None
+    tokens = list(range(100, 117))  # 4 full blocks of 4 and one token
+    seqs = {}
+    for kind, use in [
+        ("base", None),
+        ("lora", AdapterUse(0, 0, b"L" * 16)),
+        ("alora", AdapterUse(1, 9, b"A" * 16)),  # applies from the third block
+    ]:
+        blocks = BlockManager(8, 4)
+        seq = Sequence(kind, tokens, SamplingParams(), 4)
+        seq.adapter = use
+        blocks.grow(seq, len(tokens))
+        seq.num_computed = len(tokens)
+        blocks.commit(seq)
+        seqs[kind] = seq.block_hashes
+    assert all(a != b for a, b in zip(seqs["base"], seqs["lora"], strict=True))
+    assert seqs["alora"][:2] == seqs["base"][:2]
+    assert all(a != b for a, b in zip(seqs["base"][2:], seqs["alora"][2:], strict=True))
