@@ -7,6 +7,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from mellea.backends.adapters.backend import AdapterMixin
 from mellea.backends.base import Backend, openai_tools, schema_hint
 from mellea.backends.cache_salt import current_cache_salt
 from mellea.backends.logprobs import TokenTexts, engine_logprobs, token_texts
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from mellea.engine.interface import InferenceEngine
 
 
-class LocalBackend(Backend):
+class LocalBackend(AdapterMixin, Backend):
     """Generate with a local model on this machine's CPU or GPU.
 
     ``model_id`` is ``None`` for the bundled SmolLM2-135M-Instruct, a local model

@@ -312,3 +312,26 @@ def test_an_explicit_adapter_directory_needs_no_catalog_layout(tmp_path, monkeyp
     assert backend.loaded == {"requirement-check_alora": str(directory)}
     with pytest.raises(AdapterNotFoundError, match="does not exist"):
         IntrinsicAdapter("requirement-check", adapter_path=tmp_path / "missing")
+
+
+def test_the_local_backend_has_upstreams_adapter_methods(tmp_path):
+    """``start_session()``'s backend takes ``add_adapter`` as upstream's HF backend does,
+    and adding one loads it into the engine under its qualified name."""
+    from mellea.backends.local import LocalBackend
+
+    class RecordingEngine:
+        model_id = "granite-4.1-3b"
+
+        def __init__(self) -> None:
+            self.loaded: dict[str, str] = {}
+
+        def load_adapter(self, name: str, path: object) -> None:
+            self.loaded[name] = str(path)
+
+    engine = RecordingEngine()
+    backend = LocalBackend(engine=engine)  # type: ignore[arg-type]
+    directory = write_adapter(tmp_path, CORE_REPO, "answerability", "alora", ANSWERABILITY_IO)
+    adapter = IntrinsicAdapter("answerability", adapter_path=directory)
+    backend.add_adapter(adapter)
+    assert engine.loaded == {adapter.qualified_name: str(directory)}
+    assert backend.list_adapters() == [adapter.qualified_name]
