@@ -26,7 +26,7 @@ from typing import Any
 from mellea.core.base import BaseModelSubclass, CBlock, Component, Context
 from mellea.core.thunk import ModelOutputThunk
 
-__all__ = ["Backend", "BaseModelSubclass"]
+__all__ = ["Backend", "BaseModelSubclass", "generate_walk"]
 
 
 def _overrides(cls: type, name: str) -> bool:
@@ -103,6 +103,7 @@ class Backend:
             )
         from mellea.stdlib.backend_bridge import messages_for
 
+        await self.do_generate_walk(action)  # an action may hold outputs still to come
         thunk = await self.generate(
             messages_for(action, ctx),
             model_options=model_options,
@@ -161,6 +162,8 @@ class Backend:
             )
         from mellea.stdlib.backend_bridge import messages_for
 
+        await self.do_generate_walks(list(actions))
+
         async def one(action: Component[Any] | CBlock) -> ModelOutputThunk:
             thunk = await self.generate(
                 messages_for(action, None),
@@ -173,6 +176,29 @@ class Backend:
 
         thunks = list(await asyncio.gather(*(one(a) for a in actions)))
         return thunks, _summed_usage(thunks)
+
+    async def do_generate_walk(self, action: Any) -> None:
+        """Await every uncomputed thunk reachable from ``action`` (see :func:`generate_walk`)."""
+        await asyncio.gather(*(t.avalue() for t in generate_walk(action)))
+
+    async def do_generate_walks(self, actions: list[Any]) -> None:
+        """:meth:`do_generate_walk` for each of ``actions``, all at once."""
+        await asyncio.gather(*(t.avalue() for a in actions for t in generate_walk(a)))
+
+
+def generate_walk(c: Any) -> list[ModelOutputThunk]:
+    """The uncomputed thunks among ``c`` and its parts, depth first (upstream's helper).
+
+    A component's parts are what its rendering reads, so a lazily composed action
+    (a component holding thunks still streaming) is rendered once they are done.
+    """
+    if isinstance(c, ModelOutputThunk):
+        return [] if c.is_computed() else [c]
+    if isinstance(c, CBlock):
+        return []
+    if isinstance(c, Component):
+        return [t for part in c.parts() for t in generate_walk(part)]
+    return []  # images, audio and documents hold no model output
 
 
 def _summed_usage(thunks: list[ModelOutputThunk]) -> dict[str, Any] | None:

@@ -143,3 +143,28 @@ def test_a_backend_that_implements_neither_way_is_refused() -> None:
 
     with pytest.raises(TypeError, match="_generate_from_context"):
         Nothing()
+
+
+def test_a_lazily_composed_action_is_rendered_once_its_inputs_are_done() -> None:
+    # upstream's melp examples: x and y are outputs still streaming when fib's call starts
+    from mellea.core import GenerationChunk
+    from mellea.stdlib.components import SimpleComponent
+    from mellea.stdlib.context import SimpleContext
+
+    async def later(text: str):
+        await asyncio.sleep(0.01)
+        yield GenerationChunk(text=text)
+        yield GenerationChunk(finish_reason="stop")
+
+    async def run() -> list:
+        backend = ScriptedBackend(["5"])
+        x = ModelOutputThunk.from_stream(later("2"))
+        y = ModelOutputThunk.from_stream(later("3"))
+        action = SimpleComponent(instruction="What is x+y?", x=x, y=y)
+        thunk, _ = await backend.generate_from_context(action=action, ctx=SimpleContext())
+        await thunk.avalue()
+        return backend.calls
+
+    [call] = asyncio.run(run())
+    sent = call["messages"][-1]["content"]
+    assert "What is x+y?" in sent and "2" in sent and "3" in sent

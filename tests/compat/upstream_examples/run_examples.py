@@ -177,6 +177,16 @@ def render_table(corpus: dict, results: dict) -> str:
         "counts as not running. `imports` is whether every `mellea`/`cli` name the example "
         "imports resolves here.",
         "",
+        "The bound is the wall time allowed and the new-token limit of each generation "
+        "whose program names none (`MELLEA_MAX_NEW_TOKENS`; `default` is the library's "
+        "1024, see docs/library.md). A limit of 128 is what a shared 2-core machine can "
+        "run the whole corpus under; it is still more than upstream gives this model: "
+        "upstream's local backend (`LocalHFBackend`, transformers) stops "
+        "SmolLM2-135M-Instruct at transformers' default of 20 new tokens, since the "
+        "model's generation config names no limit (upstream's default Ollama backend "
+        "has none). An example that failed under 128 because its structured answer was "
+        "cut short was run again with the default where time allowed; its row says so.",
+        "",
         "| example | imports | ran | time | bound (wall time, new tokens) | why not |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
