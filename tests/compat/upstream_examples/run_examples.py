@@ -3,7 +3,8 @@
 Usage (from the repository root, with a fetched copy of upstream mellea)::
 
     python tests/compat/upstream_examples/run_examples.py GIT_DIR [--timeout 600]
-        [--only SUBSTRING ...] [--results PATH] [--table PATH]
+        [--only SUBSTRING ...] [--results PATH] [--table PATH] [--logs DIR]
+    python tests/compat/upstream_examples/run_examples.py GIT_DIR --merge OTHER.json ...
 
 ``GIT_DIR`` is a git directory of github.com/generative-computing/mellea. The script
 exports ``docs/examples`` at the commit ``examples.json`` was collected from into a
@@ -18,7 +19,8 @@ seconds of wall time.
 Results are merged into ``--results`` (JSON, one record per example: whether its
 imports resolve, whether it ran to completion, its time, and the reason when it did
 not), so a subset can be re-run with ``--only``; the Markdown table at ``--table``
-(docs/upstream_examples.md) is rewritten from all recorded results.
+(docs/upstream_examples.md) is rewritten from all recorded results. Runs made side by
+side with their own ``--results`` files are folded in with ``--merge``.
 """
 
 from __future__ import annotations
@@ -78,13 +80,30 @@ def unresolved_names(example: dict) -> list[str]:
 _ERROR_LINE = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit|Interrupt)\b.*)$", re.M)
 
 
+# Causes recognised in a failed run's output, each with what it means here.
+KNOWN_CAUSES = [
+    (
+        re.compile(r"EOF while parsing"),
+        "the model's JSON answer was cut short by the new-token limit",
+    ),
+    (
+        re.compile(r"Expected tool_calls but got None"),
+        "the model made no tool call in its tries; the example requires one",
+    ),
+]
+
+
 def failure_reason(stderr: str) -> str:
-    """The last exception line of a traceback in ``stderr`` (or its last line)."""
+    """The last exception line of a traceback in ``stderr`` (or its last line), with its
+    cause when it is a known one."""
     found = _ERROR_LINE.findall(stderr)
     if found:
-        return found[-1].strip()[:200]
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "exited non-zero without a message"
+        reason = found[-1].strip()[:200]
+    else:
+        lines = [line for line in stderr.strip().splitlines() if line.strip()]
+        reason = lines[-1][:200] if lines else "exited non-zero without a message"
+    causes = [meaning for pattern, meaning in KNOWN_CAUSES if pattern.search(stderr)]
+    return f"{reason} ({causes[0]})" if causes else reason
 
 
 def run_one(root: Path, example: dict, timeout: float, log_dir: Path | None) -> dict:
@@ -204,10 +223,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     parser.add_argument("--table", type=Path, default=DEFAULT_TABLE)
     parser.add_argument("--logs", type=Path, default=None, help="keep each run's output here")
+    parser.add_argument(
+        "--merge",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="results files of other runs (e.g. run side by side) to merge in; runs nothing",
+    )
     args = parser.parse_args(argv)
 
     corpus = json.loads(CORPUS.read_text())
     results = json.loads(args.results.read_text()) if args.results.exists() else {}
+    if args.merge:
+        for other in args.merge:
+            results.update(json.loads(other.read_text()))
+        args.results.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+        args.table.write_text(render_table(corpus, results))
+        return 0
     chosen = [
         e
         for e in runnable_examples(corpus)
