@@ -90,19 +90,27 @@ KNOWN_CAUSES = [
         re.compile(r"Expected tool_calls but got None"),
         "the model made no tool call in its tries; the example requires one",
     ),
+    (
+        re.compile(r"Graph was not created"),
+        "the model's code did not draw the graph the example checks for",
+    ),
 ]
 
 
-def failure_reason(stderr: str) -> str:
-    """The last exception line of a traceback in ``stderr`` (or its last line), with its
-    cause when it is a known one."""
+def failure_reason(stderr: str, stdout: str = "") -> str:
+    """The last exception line of a traceback in ``stderr`` (else the last line the
+    program printed), with its cause when it is a known one."""
     found = _ERROR_LINE.findall(stderr)
     if found:
         reason = found[-1].strip()[:200]
     else:
-        lines = [line for line in stderr.strip().splitlines() if line.strip()]
-        reason = lines[-1][:200] if lines else "exited non-zero without a message"
-    causes = [meaning for pattern, meaning in KNOWN_CAUSES if pattern.search(stderr)]
+        lines = [
+            line.strip() for line in (stderr.strip() or stdout).strip().splitlines() if line.strip()
+        ]
+        reason = (
+            f"exited non-zero after printing: {lines[-1][:160]}" if lines else "exited non-zero"
+        )
+    causes = [meaning for pattern, meaning in KNOWN_CAUSES if pattern.search(stderr + stdout)]
     return f"{reason} ({causes[0]})" if causes else reason
 
 
@@ -134,7 +142,7 @@ def run_one(root: Path, example: dict, timeout: float, log_dir: Path | None) -> 
     if timed_out:
         reason = f"did not finish within {timeout:.0f} s"
     elif rc != 0:
-        reason = failure_reason(err)
+        reason = failure_reason(err, out)
     else:
         reason = ""
     return {
