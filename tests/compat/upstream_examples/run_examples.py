@@ -91,6 +91,10 @@ KNOWN_CAUSES = [
         "the model made no tool call in its tries; the example requires one",
     ),
     (
+        re.compile(r"assert .* in code\b"),
+        "the example's check of the code the model wrote failed",
+    ),
+    (
         re.compile(r"Graph was not created"),
         "the model's code did not draw the graph the example checks for",
     ),
@@ -190,7 +194,8 @@ def render_table(corpus: dict, results: dict) -> str:
         "them, against this package and its bundled model (SmolLM2-135M-Instruct on the "
         "local engine), with the wall-time bound given per row.",
         "",
-        f"**{imports} of {len(examples)} import; {ran} of {len(examples)} ran to completion.**",
+        f"**{imports} of {len(examples)} import; {ran} of {len(examples)} ran to completion.**"
+        + _failure_summary(results, examples),
         "",
         "Regenerate (needs a fetched copy of upstream; takes long on a CPU):",
         "",
@@ -220,6 +225,21 @@ def render_table(corpus: dict, results: dict) -> str:
     stamp = results.get("_meta", {}).get("updated", "")
     footer = ["", f"Last recorded: {stamp}." if stamp else ""]
     return "\n".join(header + rows + footer).rstrip() + "\n"
+
+
+def _failure_summary(results: dict, examples: list[dict]) -> str:
+    failed = [results[e["path"]] for e in examples if e["path"] in results]
+    failed = [r for r in failed if not r["ran"]]
+    if not failed:
+        return ""
+    known = sum(1 for r in failed if r["reason"].endswith(")") and "(" in r["reason"])
+    return (
+        f" {known} of the {len(failed)} that did not finish failed on the model's answer "
+        "(the cause is named in its row: a structured answer the 135M model ran past the "
+        "token limit, no tool call, code that does not do what the example checks)."
+        if known
+        else ""
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
