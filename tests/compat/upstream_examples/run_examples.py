@@ -255,14 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         "--merge",
         nargs="*",
         type=Path,
-        default=[],
+        default=None,
         help="results files of other runs (e.g. run side by side) to merge in; runs nothing",
     )
     args = parser.parse_args(argv)
 
     corpus = json.loads(CORPUS.read_text())
     results = json.loads(args.results.read_text()) if args.results.exists() else {}
-    if args.merge:
+    if args.merge is not None:
         for other in args.merge:
             results.update(json.loads(other.read_text()))
         args.results.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
