@@ -143,6 +143,7 @@ def test_an_intrinsic_goes_under_its_name_base_model_and_type(tmp_path: Path) ->
 
 @pytest.mark.model
 def test_alora_train_trains_an_adapter_on_the_bundled_model(tmp_path: Path) -> None:
+    pytest.importorskip("peft", reason="m alora train needs peft")
     data = tmp_path / "data.jsonl"
     rows = [("The bolt is rusty.", "fail"), ("The bolt is clean.", "pass")] * 3
     data.write_text("".join(json.dumps({"item": i, "label": lab}) + "\n" for i, lab in rows))
