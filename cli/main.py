@@ -359,5 +359,16 @@ def serve(
     raise typer.Exit(run(settings))
 
 
+def _add_command_groups() -> None:
+    """``m decompose`` and ``m alora`` (upstream's groups; they load mellea only when run)."""
+    from cli.alora.commands import alora_app
+    from cli.decompose import app as decompose_app
+
+    app.add_typer(decompose_app)
+    app.add_typer(alora_app)
+
+
+_add_command_groups()
+
 if __name__ == "__main__":
     app()

@@ -1,1 +1,1 @@
-"""``cli.alora``: helpers around trained adapters (README generation; training needs the hub and is not provided)."""
+"""``cli.alora``: train, upload and document adapters that check requirements (``m alora``)."""

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from mellea.backends.adapters.backend import AdapterMixin
 from mellea.backends.local import LocalBackend
 
 
-class LocalHFBackend(AdapterMixin, LocalBackend):
+class LocalHFBackend(LocalBackend):
     """Upstream's ``LocalHFBackend`` constructor over :class:`LocalBackend`.
 
     ``formatter`` and the cache options are accepted and have no effect (the engine

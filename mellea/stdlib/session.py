@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Any, Literal
@@ -41,6 +42,11 @@ class _Default:
 DEFAULT: Any = _Default()
 RETRY_TEMPERATURE = 0.7
 JUDGE_OPTIONS = {ModelOption.TEMPERATURE: 0.0, ModelOption.MAX_NEW_TOKENS: 8}
+# New tokens a local generation may make when neither the call nor the session names a
+# limit (MELLEA_MAX_NEW_TOKENS overrides it; 0 lifts it): the bundled model, decoding
+# greedily, can repeat itself up to its 8192-token context otherwise.
+DEFAULT_MAX_NEW_TOKENS = 1024
+_MAX_TOKEN_KEYS = (ModelOption.MAX_NEW_TOKENS, "max_tokens", "max_completion_tokens")
 
 
 def start_session(
@@ -109,6 +115,7 @@ class MelleaSession:
         self.backend = backend
         self.ctx: Context = ctx if ctx is not None else SimpleContext()
         self.model_options: dict[str, Any] = dict(model_options or {})
+        self._default_max_new_tokens = default_max_new_tokens(backend)
         self._interaction_count = 0  # turns committed since the last reset (for plugins)
 
     def __enter__(self) -> MelleaSession:
@@ -187,7 +194,7 @@ class MelleaSession:
             audio=audio,
         )
         text = action.text
-        options = ModelOption.merge_model_options(self.model_options, model_options)
+        options = self._call_options(model_options)
         if strategy is DEFAULT:
             strategy = RejectionSamplingStrategy(loop_budget=2)
         run = ComponentRun(action, reqs, options, format, strategy, tool_calls, self.id)
@@ -336,7 +343,7 @@ class MelleaSession:
         if return_sampling_results and strategy is None:
             raise ValueError("return_sampling_results=True needs a strategy")
         reqs = [as_requirement(r) for r in requirements or []]
-        options = ModelOption.merge_model_options(self.model_options, model_options)
+        options = self._call_options(model_options)
         run = ComponentRun(action, reqs, options, format, strategy, tool_calls, self.id)
         run = await hook_points.component_pre_execute(run, self.ctx, self.backend)
         if _is_intrinsic(action):
@@ -391,7 +398,7 @@ class MelleaSession:
         ``images`` and ``audio`` go with it as for :meth:`ainstruct`."""
         if user_variables:
             content = substitute(content, user_variables)
-        options = ModelOption.merge_model_options(self.model_options, model_options)
+        options = self._call_options(model_options)
         message = Message(role, content, documents=documents)  # type: ignore[arg-type]
         run = ComponentRun(message, [], options, format, None, tool_calls, self.id)
         run = await hook_points.component_pre_execute(run, self.ctx, self.backend)
@@ -574,6 +581,14 @@ class MelleaSession:
 
     # -- helpers ---------------------------------------------------------------
 
+    def _call_options(self, model_options: dict[str, Any] | None) -> dict[str, Any]:
+        """The session's options updated by the call's, with the local default token limit."""
+        options = ModelOption.merge_model_options(self.model_options, model_options)
+        limit = self._default_max_new_tokens
+        if limit and all(options.get(key) is None for key in _MAX_TOKEN_KEYS):
+            options[ModelOption.MAX_NEW_TOKENS] = limit
+        return options
+
     def _messages_for(
         self, text: str | list[dict[str, Any]], options: dict[str, Any], role: str = "user"
     ) -> list[dict[str, Any]]:
@@ -644,6 +659,27 @@ def _is_intrinsic(action: Any) -> bool:
     from mellea.stdlib.components.intrinsic.intrinsic import Intrinsic
 
     return isinstance(action, Intrinsic) and not isinstance(action, Requirement)
+
+
+def default_max_new_tokens(backend: Backend) -> int | None:
+    """The new-token limit a session on ``backend`` applies when a call names none.
+
+    :data:`DEFAULT_MAX_NEW_TOKENS` for the local engine (``MELLEA_MAX_NEW_TOKENS``
+    replaces it, ``0`` meaning none); ``None`` for remote backends, whose servers
+    keep their own defaults.
+    """
+    from mellea.backends.local import LocalBackend
+
+    if not isinstance(backend, LocalBackend):
+        return None
+    setting = os.environ.get("MELLEA_MAX_NEW_TOKENS", "").strip()
+    if not setting:
+        return DEFAULT_MAX_NEW_TOKENS
+    try:
+        value = int(setting)
+    except ValueError:
+        raise ValueError(f"MELLEA_MAX_NEW_TOKENS must be a whole number, not {setting!r}") from None
+    return value if value > 0 else None
 
 
 def _parse_into(action: Any, thunk: ModelOutputThunk) -> None:

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mellea.core.backend import Backend
-from mellea.core.base import CBlock, Component, Context, span_text
+from mellea.core.base import CBlock, Component, Context
 from mellea.core.model_options import ModelOption
 from mellea.core.requirement import PartialValidationResult, Requirement, ValidationResult
 from mellea.core.thunk import ModelOutputThunk
-from mellea.formatters import chat_dicts
+from mellea.stdlib.backend_bridge import messages_for
 from mellea.stdlib.chunking import Chunker, ChunkingStrategy, resolve_chunking_strategy
 
 
@@ -266,13 +266,6 @@ class Streamer:
             )
 
 
-def _messages(action: Component[Any] | CBlock, ctx: Context) -> list[dict[str, Any]]:
-    """The chat messages for ``action`` after what ``ctx`` shows the model."""
-    messages = chat_dicts(ctx.view_for_generation() or [])
-    messages.append({"role": getattr(action, "role", "user"), "content": span_text(action)})
-    return messages
-
-
 async def stream(
     action: Component[Any] | CBlock,
     backend: Backend,
@@ -304,7 +297,7 @@ async def stream(
     )
     options = {**(model_options or {}), ModelOption.STREAM: True}
     try:
-        mot = await backend.generate(_messages(action, ctx), model_options=options)
+        mot = await backend.generate(messages_for(action, ctx), model_options=options)
     except Exception as exc:
         await _hook(
             "STREAMING_END",

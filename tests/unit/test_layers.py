@@ -27,6 +27,8 @@ LAYERS = [
 ALLOWED = {
     # upstream exports SamplingStrategy from mellea.core; ours lives in the library layer
     ("mellea/core/__init__.py", "mellea.stdlib.sampling"),
+    # upstream-style backends take a ChatContext of Messages, which live in the library
+    ("mellea/core/backend.py", "mellea.stdlib.backend_bridge"),
 }
 
 
