@@ -254,9 +254,18 @@ class Int8Linear(nn.Module):
     default model (outlier channels), see docs/engine.md.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        rows: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        """Quantize ``weight`` [out, in], or take ``rows``, :func:`quantize_rows`' output."""
         super().__init__()
-        q, scale = quantize_rows(weight)
+        if rows is None:
+            assert weight is not None
+            rows = quantize_rows(weight)
+        q, scale = rows
         self.out_features, self.in_features = q.shape
         self.kernel = cpu_kernels.available()
         self.tiled = self.kernel and self.in_features % GROUP == 0
@@ -456,8 +465,15 @@ def tile_groups(
     tiles of :data:`TILE` rows (the last padded with zero rows), each group of a tile
     256 bytes in which byte ``4 j + b`` of part ``s`` holds element ``8 s + b`` of row
     ``j``'s group in its low nibble and element ``8 s + 4 + b`` in its high one; scales
-    and mins [tiles, groups, 16]."""
+    and mins [tiles, groups, 16]. Works through :data:`QUANTIZE_ROWS` rows at a time
+    (its temporaries are several copies of the weight)."""
     n, half = packed.shape
+    if n > QUANTIZE_ROWS:  # tiles are independent: tile chunks of whole tiles, then join
+        parts = [
+            tile_groups(*(t[first : first + QUANTIZE_ROWS] for t in (packed, scales, mins)))
+            for first in range(0, n, QUANTIZE_ROWS)
+        ]
+        return tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))  # type: ignore[return-value]
     groups = half * 2 // GROUP
     tiles = -(-n // TILE)
     pad = (0, 0, 0, tiles * TILE - n)
@@ -577,10 +593,17 @@ class RefinedHead(nn.Module):
     which makes ties that fp32 tells apart).
     """
 
-    def __init__(self, inner: nn.Module, exact: torch.Tensor) -> None:
+    def __init__(self, inner: nn.Module, exact: torch.Tensor | nn.Module) -> None:
+        """``exact``: the fp32 weight [vocab, hidden], or a module whose ``rows(index)``
+        widens rows of it (a :class:`~mellea.engine.block_table.BlockTable`)."""
         super().__init__()
         self.inner = inner
-        self.register_buffer("exact", exact.detach().float())
+        if isinstance(exact, torch.Tensor):
+            self.register_buffer("exact", exact.detach().float())
+            self.table = None
+        else:
+            self.exact = None
+            self.table = exact
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> fp32 logits [N, vocab]."""
@@ -590,7 +613,8 @@ class RefinedHead(nn.Module):
             top = cpu_kernels.top_k(logits, k)[1]
         else:
             top = logits.topk(k, dim=-1).indices
-        exact = torch.bmm(self.exact[top], hidden.float().unsqueeze(-1)).squeeze(-1)
+        rows = self.exact[top] if self.table is None else self.table.rows(top)
+        exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
         if self.inner.bias is not None:
             exact = exact + self.inner.bias[top]
         return logits.scatter_(-1, top, exact)
@@ -604,6 +628,22 @@ def linear_layer(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> n
     if fmt == "int4" and weight.shape[1] % GROUP == 0:
         return Int4Linear(weight, bias)
     return Int8Linear(weight, bias)
+
+
+def table_layer(table: Any, fmt: str) -> nn.Module:
+    """A ``fmt`` layer scoring against every row of ``table`` (a
+    :class:`~mellea.engine.block_table.BlockTable`), built :data:`QUANTIZE_ROWS` rows at
+    a time: no float32 copy of the whole table."""
+    chunks = table.chunks(QUANTIZE_ROWS)
+    if fmt == "bfloat16":
+        return Bf16Linear(torch.cat([chunk.to(torch.bfloat16) for chunk in chunks]), None)
+    if fmt == "int4" and table.embedding_dim % GROUP == 0:
+        parts = [quantize_groups(chunk) for chunk in chunks]
+        groups = tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))
+        return Int4Linear(None, None, groups=groups)  # type: ignore[arg-type]
+    parts = [quantize_rows(chunk) for chunk in chunks]
+    rows = tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))
+    return Int8Linear(None, None, rows=rows)  # type: ignore[arg-type]
 
 
 @torch.no_grad()
@@ -624,8 +664,14 @@ def convert_weights(model: nn.Module, fmt: str) -> nn.Module:
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear) and child is not head:
                 setattr(parent, name, linear_layer(child.weight, child.bias, fmt))
+    from mellea.engine.block_table import BlockTable
+
     embed = getattr(model, "embed_tokens", None)
-    if isinstance(head, nn.Linear):
+    if isinstance(head, BlockTable):  # a GGUF's own head table, kept in its blocks
+        model.lm_head = RefinedHead(table_layer(head, fmt), head)
+    elif head is None and isinstance(embed, BlockTable):
+        model.lm_head = RefinedHead(table_layer(embed, fmt), embed)
+    elif isinstance(head, nn.Linear):
         model.lm_head = RefinedHead(linear_layer(head.weight, head.bias, fmt), head.weight)
     elif head is None and isinstance(embed, nn.Embedding):  # tied: the head reads the table
         model.lm_head = RefinedHead(linear_layer(embed.weight, None, fmt), embed.weight)
