@@ -194,7 +194,7 @@ def ours(gguf: Path, tokens: int, isa: str = "native") -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def llama_cpp(gguf: Path, tokens: int, isa: str = "native") -> dict:
+def llama_cpp(gguf: Path, tokens: int, isa: str = "native", bench: bool = True) -> dict:
     """llama-server's start and memory, llama-bench's batch-1 decode rate (native)."""
     from benchmarks.bench_peers import free_port, llama_server_binary, wait_healthy
 
@@ -218,10 +218,10 @@ def llama_cpp(gguf: Path, tokens: int, isa: str = "native") -> dict:
         server.terminate()
         server.wait()
     rate = None
-    if isa == "native":
-        bench = [str(tools["llama-bench"]), "-m", str(gguf), "-p", "0", "-n", str(tokens)]
-        bench += ["-t", "2", "-o", "json", "-r", "2"]
-        done = subprocess.run(bench, capture_output=True, text=True)
+    if isa == "native" and bench:
+        command = [str(tools["llama-bench"]), "-m", str(gguf), "-p", "0", "-n", str(tokens)]
+        command += ["-t", "2", "-o", "json", "-r", "2"]
+        done = subprocess.run(command, capture_output=True, text=True)
         rate = json.loads(done.stdout)[0]["avg_ts"] if done.returncode == 0 else None
     return {
         "ready_s": round(ready, 2),
@@ -260,6 +260,7 @@ def main() -> None:
     parser.add_argument("--isa", choices=("native", "avx2"), default="native")
     parser.add_argument("--streams", help="concurrency levels for bench_peers, e.g. 1,8,32")
     parser.add_argument("--skip-start", action="store_true", help="streams only")
+    parser.add_argument("--no-llama-bench", action="store_true", help="llama-server only")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     formats = args.formats.split(",")
@@ -269,7 +270,9 @@ def main() -> None:
         if not args.skip_start:
             row["ours"] = ours(path, args.tokens, args.isa)
             if not args.skip_llama:
-                row["llama.cpp"] = llama_cpp(path, args.tokens, args.isa)
+                row["llama.cpp"] = llama_cpp(
+                    path, args.tokens, args.isa, bench=not args.no_llama_bench
+                )
         if args.streams:
             row["streams"] = streams(path, args.streams, args.tokens, args.isa, fmt)
         print(json.dumps(row), flush=True)

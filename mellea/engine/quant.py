@@ -632,17 +632,30 @@ def linear_layer(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> n
 
 def table_layer(table: Any, fmt: str) -> nn.Module:
     """A ``fmt`` layer scoring against every row of ``table`` (a
-    :class:`~mellea.engine.block_table.BlockTable`), built :data:`QUANTIZE_ROWS` rows at
-    a time: no float32 copy of the whole table."""
-    chunks = table.chunks(QUANTIZE_ROWS)
+    :class:`~mellea.engine.block_table.BlockTable`), built 1024 rows at a time: no
+    float32 copy of the whole table. The heap is trimmed after each chunk: a chunk's
+    temporaries (about 6 copies of it) would otherwise stay resident between the small
+    results."""
+    from mellea.engine.heap import trim_malloc
+
+    def each(convert: Any) -> list[Any]:
+        parts = []
+        for chunk in table.chunks(1024):
+            parts.append(convert(chunk))
+            del chunk
+            trim_malloc()
+        return parts
+
     if fmt == "bfloat16":
-        return Bf16Linear(torch.cat([chunk.to(torch.bfloat16) for chunk in chunks]), None)
+        return Bf16Linear(torch.cat(each(lambda c: c.to(torch.bfloat16))), None)
     if fmt == "int4" and table.embedding_dim % GROUP == 0:
-        parts = [quantize_groups(chunk) for chunk in chunks]
+        parts = each(quantize_groups)
         groups = tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))
+        del parts
         return Int4Linear(None, None, groups=groups)  # type: ignore[arg-type]
-    parts = [quantize_rows(chunk) for chunk in chunks]
+    parts = each(quantize_rows)
     rows = tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))
+    del parts
     return Int8Linear(None, None, rows=rows)  # type: ignore[arg-type]
 
 
