@@ -465,27 +465,30 @@ def tile_groups(
     tiles of :data:`TILE` rows (the last padded with zero rows), each group of a tile
     256 bytes in which byte ``4 j + b`` of part ``s`` holds element ``8 s + b`` of row
     ``j``'s group in its low nibble and element ``8 s + 4 + b`` in its high one; scales
-    and mins [tiles, groups, 16]. Works through :data:`QUANTIZE_ROWS` rows at a time
-    (its temporaries are several copies of the weight)."""
+    and mins [tiles, groups, 16].
+
+    Works on 4-byte words (a group's 16 bytes are 4 of them, one per ``s % 2`` and
+    low/high half): the nibbles move with word-wide masks and shifts, and the tiling
+    transposes words, not bytes; byte-wise tensor ops made this most of a 1.7B model's
+    load time."""
     n, half = packed.shape
-    if n > QUANTIZE_ROWS:  # tiles are independent: tile chunks of whole tiles, then join
-        parts = [
-            tile_groups(*(t[first : first + QUANTIZE_ROWS] for t in (packed, scales, mins)))
-            for first in range(0, n, QUANTIZE_ROWS)
-        ]
-        return tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))  # type: ignore[return-value]
     groups = half * 2 // GROUP
     tiles = -(-n // TILE)
-    pad = (0, 0, 0, tiles * TILE - n)
-    halves = packed.reshape(n, groups, GROUP // 2)
-    q = F.pad(torch.cat([halves & 0x0F, halves >> 4], dim=-1), (0, 0, *pad))
-    q = q.reshape(tiles, TILE, groups, 4, 2, 4)  # [tile, row, group, part, lo/hi, byte]
-    nibbles = q[..., 0, :] | (q[..., 1, :] << 4)
-    qweight = nibbles.permute(0, 2, 3, 1, 4).reshape(tiles, groups, 4, 64).contiguous()
+    rows = tiles * TILE
+    words = packed.contiguous().view(torch.int32).view(n, groups, 2, 2)  # [row, g, s%2, lo/hi]
+    first, second = words[..., 0], words[..., 1]  # elements 8 s' + b and 8 s' + 4 + b
+    low = 0x0F0F0F0F
+    high = 0xF0F0F0F0 - (1 << 32)  # as int32
+    parts = torch.zeros(rows, groups, 2, 2, dtype=torch.int32)  # [row, g, upper half, s%2]
+    parts[:n, :, 0] = (first & low) | ((second & low) << 4)  # parts s = 0, 1
+    parts[:n, :, 1] = ((first >> 4) & low) | (second & high)  # parts s = 2, 3
+    tiled = parts.view(tiles, TILE, groups, 4).permute(0, 2, 3, 1).contiguous()
+    qweight = tiled.view(torch.uint8).view(tiles, groups, 4, 64)
 
     def per_tile(values: torch.Tensor) -> torch.Tensor:
-        padded = F.pad(values, pad)
-        return padded.reshape(tiles, TILE, groups).transpose(1, 2).contiguous()
+        padded = values.new_zeros(rows, groups)
+        padded[:n] = values
+        return padded.view(tiles, TILE, groups).transpose(1, 2).contiguous()
 
     return qweight, per_tile(scales), per_tile(mins)
 
