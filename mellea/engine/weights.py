@@ -27,7 +27,6 @@ from torch import nn
 from mellea.engine.config import ModelConfig
 from mellea.engine.families import UnsupportedModelError
 from mellea.engine.gguf_file import GGUFCheckpoint, gguf_source
-from mellea.engine.heap import trim_malloc
 
 
 def _our_name(hf_name: str, renames: dict[str, str]) -> str:
@@ -213,7 +212,6 @@ def load_weights(
                     for _, done in (p for pieces in job.pieces.values() for p in pieces):
                         if hasattr(done, "release"):
                             done.release()  # the file's pages read again to build it
-                    trim_malloc()  # the build's temporaries, else kept by the heap
                 continue
             if target not in params:
                 if "rotary_emb" in target or "rope_freqs" in target or target == "lm_head.weight":
