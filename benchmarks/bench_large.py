@@ -11,13 +11,20 @@ built from the source vendored in the ``llama-cpp-python`` sdist, as
 * ours: a fresh process builds the engine on the file (``dtype auto``): time to ready,
   peak RSS while loading, RSS once serving, batch-1 greedy decode tok/s;
 * llama.cpp: ``llama-server`` time to healthy and its peak RSS (``VmHWM``), and
-  ``llama-bench`` tg tok/s at batch 1 (2 threads).
+  ``llama-bench`` tg tok/s at batch 1 (2 threads; native build only);
+* with ``--streams 1,8,32``: ``benchmarks/bench_peers.py --gguf`` on the same file,
+  ``llama-server`` and our ``m serve --model`` streaming at those concurrencies.
+
+``--isa avx2`` runs both on their AVX2 paths: ours with ``MELLEA_CPU_ISA=avx2
+ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``, llama.cpp's x86-64-v3 build
+(``benchmarks/peers/llama-build-avx2``, built by ``bench_peers.py --llama-isa avx2``).
 
 The kernel family that ran (``cpu_kernels``' report) is printed beside our numbers.
 At 1.7B a run takes tens of minutes on 2 busy cores; ``--layers 2`` checks it quickly.
 
     python benchmarks/bench_large.py                      # 1.7B shape, Q4_1 and Q4_K_M
     python benchmarks/bench_large.py --layers 2 --formats Q4_1
+    python benchmarks/bench_large.py --isa avx2 --streams 1,8,32 --tokens 32
 """
 
 from __future__ import annotations
@@ -168,9 +175,18 @@ engine.shutdown()
 """
 
 
-def ours(gguf: Path, tokens: int) -> dict:
+# What puts our engine and torch on their AVX2 paths on an AVX-512 machine.
+AVX2_ENV = {"MELLEA_CPU_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def isa_env(isa: str) -> dict[str, str]:
+    """This process's environment for our engine on ``isa`` (native or avx2)."""
+    return {**os.environ, **(AVX2_ENV if isa == "avx2" else {}), "PYTHONPATH": str(ROOT)}
+
+
+def ours(gguf: Path, tokens: int, isa: str = "native") -> dict:
     """Our engine on ``gguf`` in a fresh process (its own peak RSS)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = isa_env(isa)
     command = [sys.executable, "-c", OURS, str(gguf), str(tokens)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     if done.returncode:
@@ -178,13 +194,14 @@ def ours(gguf: Path, tokens: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def llama_cpp(gguf: Path, tokens: int) -> dict:
-    """llama-server's start and memory, llama-bench's batch-1 decode rate."""
-    from benchmarks.bench_peers import free_port, wait_healthy
+def llama_cpp(gguf: Path, tokens: int, isa: str = "native", bench: bool = True) -> dict:
+    """llama-server's start and memory, llama-bench's batch-1 decode rate (native)."""
+    from benchmarks.bench_peers import free_port, llama_server_binary, wait_healthy
 
     tools = llama_tools()
+    server_binary = tools["llama-server"] if isa == "native" else llama_server_binary(True, isa)
     port = free_port()
-    command = [str(tools["llama-server"]), "-m", str(gguf), "--port", str(port), "-t", "2"]
+    command = [str(server_binary), "-m", str(gguf), "--port", str(port), "-t", "2"]
     command += ["--parallel", "32", "-c", "16384", "--no-webui"]
     log = LOGS / "large-llama-server.log"
     started = time.monotonic()
@@ -200,13 +217,37 @@ def llama_cpp(gguf: Path, tokens: int) -> dict:
     finally:
         server.terminate()
         server.wait()
-    bench = [str(tools["llama-bench"]), "-m", str(gguf), "-p", "0", "-n", str(tokens), "-t", "2"]
-    done = subprocess.run(bench + ["-o", "json", "-r", "2"], capture_output=True, text=True)
-    rate = json.loads(done.stdout)[0]["avg_ts"] if done.returncode == 0 else None
+    rate = None
+    if isa == "native" and bench:
+        command = [str(tools["llama-bench"]), "-m", str(gguf), "-p", "0", "-n", str(tokens)]
+        command += ["-t", "2", "-o", "json", "-r", "2"]
+        done = subprocess.run(command, capture_output=True, text=True)
+        rate = json.loads(done.stdout)[0]["avg_ts"] if done.returncode == 0 else None
     return {
         "ready_s": round(ready, 2),
         "peak_rss_gb": round(peak * 1024 / 1e9, 3),
         "decode_tok_s": rate,
+    }
+
+
+def streams(gguf: Path, levels: str, tokens: int, isa: str, fmt: str) -> dict:
+    """``bench_peers.py --gguf``: llama-server and ours streaming at ``levels``; its
+    ratios (ours / llama-server tok/s per level)."""
+    out = ROOT / "benchmarks" / "results" / f"large-streams-{fmt}-{isa}.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_peers.py"), "--gguf", str(gguf)]
+    command += ["--only", "llama,ours", "--dtypes", "auto", "--levels", levels]
+    command += ["--max-tokens", str(tokens), "--per-client", "1", "--llama-isa", isa]
+    command += ["--out", str(out)]
+    subprocess.run(command, check=True, env=isa_env(isa), cwd=ROOT)
+    doc = json.loads(out.read_text())
+    rates = {(r["server"], r["concurrency"]): r["tokens_per_s"] for r in doc["rows"]}
+    return {
+        f"{n}": {
+            "llama_tok_s": rates.get(("llama", n)),
+            "ours_tok_s": rates.get(("ours-auto", n)),
+            "errors": sum(r["errors"] for r in doc["rows"] if r["concurrency"] == n),
+        }
+        for n in sorted({n for _, n in rates})
     }
 
 
@@ -216,18 +257,27 @@ def main() -> None:
     parser.add_argument("--formats", default="Q4_1,Q4_K_M")
     parser.add_argument("--tokens", type=int, default=32, help="decoded per measurement")
     parser.add_argument("--skip-llama", action="store_true", help="measure ours only")
+    parser.add_argument("--isa", choices=("native", "avx2"), default="native")
+    parser.add_argument("--streams", help="concurrency levels for bench_peers, e.g. 1,8,32")
+    parser.add_argument("--skip-start", action="store_true", help="streams only")
+    parser.add_argument("--no-llama-bench", action="store_true", help="llama-server only")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     formats = args.formats.split(",")
     rows = []
     for fmt, path in gguf_files(args.layers, formats).items():
-        row = {"format": fmt, "file_gb": round(path.stat().st_size / 1e9, 3)}
-        row["ours"] = ours(path, args.tokens)
-        if not args.skip_llama:
-            row["llama.cpp"] = llama_cpp(path, args.tokens)
+        row = {"format": fmt, "file_gb": round(path.stat().st_size / 1e9, 3), "isa": args.isa}
+        if not args.skip_start:
+            row["ours"] = ours(path, args.tokens, args.isa)
+            if not args.skip_llama:
+                row["llama.cpp"] = llama_cpp(
+                    path, args.tokens, args.isa, bench=not args.no_llama_bench
+                )
+        if args.streams:
+            row["streams"] = streams(path, args.streams, args.tokens, args.isa, fmt)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    out = ROOT / "benchmarks" / "results" / f"large-{args.layers}l.json"
+    out = ROOT / "benchmarks" / "results" / f"large-{args.layers}l-{args.isa}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"layers": args.layers, "rows": rows}, indent=1))
     print(f"wrote {out}")

@@ -690,11 +690,11 @@ def print_tables(rows: list[dict], overhead: list[dict]) -> None:
             )
 
 
-def save(doc: dict[str, Any]) -> None:
+def save(doc: dict[str, Any], path: Path = RESULTS) -> None:
     """Write the results JSON (merging nothing: one run, one file)."""
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(doc, indent=2))
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2))
+    print(f"wrote {path}")
 
 
 # -- main ---------------------------------------------------------------------------
@@ -720,6 +720,13 @@ def parse_args() -> argparse.Namespace:
         default="native",
         help="llama.cpp's CPU build: native, or avx2 (beside MELLEA_CPU_ISA=avx2 for ours)",
     )
+    parser.add_argument(
+        "--gguf",
+        type=Path,
+        help="serve this GGUF on llama-server and ours (m serve --model) instead of the "
+        "bundled model (e.g. bench_large.py's 1.7B-shaped files); llama and ours only",
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
     return parser.parse_args()
 
 
@@ -750,7 +757,8 @@ def run_peers(args: argparse.Namespace, only: set[str], doc: dict[str, Any]) -> 
         doc["cpu_kernels"] = cpu_kernels.family()
         for dtype in [d.strip() for d in args.dtypes.split(",") if d.strip()]:
             print(f"ours, --dtype {dtype}, CPU kernels {doc['cpu_kernels']}")
-            with our_server(EXAMPLES / "hello.py", "--dtype", dtype) as (url, _):
+            model = ["--model", str(gguf)] if args.gguf else []
+            with our_server(EXAMPLES / "hello.py", "--dtype", dtype, *model) as (url, _):
                 doc["rows"] += measure_server(f"ours-{dtype}", url, *sizes, {})
     if "overhead" in only:
         print(f"serving overhead: {args.overhead_clients} clients x {args.overhead_requests}")
@@ -766,11 +774,13 @@ def main() -> None:
     unknown = only - set(ALL_PEERS)
     if unknown:
         raise SystemExit(f"--only: unknown {sorted(unknown)}; use {','.join(ALL_PEERS)}")
+    if args.gguf and only - {"llama", "ours"}:
+        raise SystemExit("--gguf: only llama and ours serve another model (--only llama,ours)")
     doc: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
-        "gguf": str(bundled_gguf()),
-        "model_dir": str(converted_model_dir()),
+        "gguf": str(args.gguf.resolve() if args.gguf else bundled_gguf()),
+        "model_dir": "" if args.gguf else str(converted_model_dir()),
         "max_tokens": args.max_tokens,
         "per_client": args.per_client,
         "versions": {},
@@ -781,7 +791,7 @@ def main() -> None:
     doc["ratios"] = ratios(doc["rows"])
     doc["cpu_busy_at_end"] = round(cpu_busy_fraction(), 3)
     print_tables(doc["rows"], doc["overhead"])
-    save(doc)
+    save(doc, args.out)
 
 
 if __name__ == "__main__":

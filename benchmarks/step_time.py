@@ -43,11 +43,16 @@ from mellea.engine.types import SamplingParams
 
 
 def make_runner(
-    max_seqs: int, max_len: int, block_size: int = 16, weights: str = "float32"
+    max_seqs: int,
+    max_len: int,
+    block_size: int = 16,
+    weights: str = "float32",
+    model: str | None = None,
 ) -> ModelRunner:
-    """The engine's runner for the default model with room for ``max_seqs`` x ``max_len``,
-    its weights in the format ``weights`` (:mod:`mellea.engine.quant`)."""
-    path = resolve_model(None)
+    """The engine's runner for ``model`` (a path or name; the default model when None)
+    with room for ``max_seqs`` x ``max_len``, its weights in the format ``weights``
+    (:mod:`mellea.engine.quant`)."""
+    path = resolve_model(model)
     model_cfg = ModelConfig.from_dir(path)
     blocks = max_seqs * (-(-max_len // block_size)) + 1
     cfg = EngineConfig(
@@ -142,6 +147,8 @@ def main() -> None:
         "--ab", action="store_true", help="alternate the C++ ops with the PyTorch-only path"
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--model", help="a model path or name (default: the bundled model)")
+    parser.add_argument("--dtype", default="float32", help="weight format of a plain run")
     parser.add_argument(
         "--formats", help="weight formats side by side, e.g. float32,bfloat16,int8,int4"
     )
@@ -158,7 +165,7 @@ def main() -> None:
     if args.formats:
         compare_formats(args.formats.split(","), args.batches, args.steps)
         return
-    runner = make_runner(max(args.batches), 320, 16)
+    runner = make_runner(max(args.batches), 320, 16, args.dtype, args.model)
     load = os.getloadavg()[0]
     results = {}
     for b in args.batches:

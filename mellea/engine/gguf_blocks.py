@@ -12,6 +12,12 @@ What each format becomes (see docs/engine.md, "Loading"):
 * Every other type (``Q8_0``, ``Q5_K``, ``Q6_K``, ``F16``, ``BF16``, ``F32``, ...) is
   widened to float32 exactly, one tensor at a time, by the ``gguf`` package's reference
   dequantizer; the engine then stores it in the format being served.
+
+Tables read a row at a time (the token embedding, and an LM head's exact rows) are
+kept as :class:`Int8Blocks` where the type allows (:data:`INT8_BLOCK_TYPES`): the
+file's integer values in int8 and an fp32 scale (and offset) per block of 16 or 32,
+which widen to exactly what the reference dequantizer gives, at about a quarter of a
+float32 table's memory.
 """
 
 from __future__ import annotations
@@ -95,6 +101,78 @@ def _q4_k_to_int4(b: np.ndarray) -> Int4Groups:
     q = (qs & 0x0F).reshape(rows, n * 8, 32)
     packed = q[..., :16] | (q[..., 16:] << 4)
     return Int4Groups(packed.reshape(rows, -1), scales.reshape(rows, -1), mins.reshape(rows, -1))
+
+
+class Int8Blocks(NamedTuple):
+    """A table as int8 values [rows, K] with an fp32 scale per block of ``block``
+    along each row [rows, K / block] and, for the formats with one, an fp32 offset of
+    the same shape: ``w = q * scale (+ offset)``, computed in fp32 as the ``gguf``
+    package's dequantizer computes it (so bit for bit the same)."""
+
+    q: np.ndarray
+    scales: np.ndarray
+    offsets: np.ndarray | None
+    block: int
+
+
+# Block formats that Int8Blocks holds exactly.
+INT8_BLOCK_TYPES = frozenset(
+    {
+        GGMLQuantizationType.Q4_0,
+        GGMLQuantizationType.Q4_1,
+        GGMLQuantizationType.Q4_K,
+        GGMLQuantizationType.Q6_K,
+        GGMLQuantizationType.Q8_0,
+    }
+)
+
+
+def _nibbles(packed: np.ndarray) -> np.ndarray:
+    """Blocks of 16 bytes [..., 16] (low nibbles the first 16 values, high nibbles the
+    next 16, as ggml packs Q4_0/Q4_1) -> the 32 values [..., 32] as int8."""
+    return np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.int8)
+
+
+def to_int8_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> Int8Blocks:
+    """A Q4_0, Q4_1, Q4_K, Q6_K or Q8_0 tensor's bytes [rows, row bytes] as
+    :class:`Int8Blocks` (``ValueError`` for other types)."""
+    b = blocks(raw, qtype)
+    rows, n = b.shape[:2]
+    offsets = None
+    if qtype == GGMLQuantizationType.Q8_0:
+        block, scales = 32, _fp16(b, 0).astype(np.float32)
+        q = np.ascontiguousarray(b[..., 2:]).view(np.int8)
+    elif qtype == GGMLQuantizationType.Q4_0:
+        block, scales = 32, _fp16(b, 0).astype(np.float32)
+        q = _nibbles(b[..., 2:]) - np.int8(8)
+    elif qtype == GGMLQuantizationType.Q4_1:
+        block, scales = 32, _fp16(b, 0).astype(np.float32)
+        offsets, q = _fp16(b, 2).astype(np.float32), _nibbles(b[..., 4:])
+    elif qtype == GGMLQuantizationType.Q4_K:
+        block = 32
+        d = _fp16(b, 0).astype(np.float32)[..., None]
+        dmin = _fp16(b, 2).astype(np.float32)[..., None]
+        sc, mn = _q4_k_scales(b[..., 4:16])
+        scales = d * sc.astype(np.float32)  # the dequantizer's d * q - dmin * m
+        offsets = -(dmin * mn.astype(np.float32))
+        qs = b[..., 16:].reshape(rows, n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(2, 1)
+        q = (qs & 0x0F).astype(np.int8)
+    elif qtype == GGMLQuantizationType.Q6_K:
+        block = 16  # 128 bytes of low nibbles, 64 of high 2 bits, 16 int8 scales, fp16 d
+        ql = b[..., :128].reshape(rows, n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(2, 1)
+        ql = (ql & 0x0F).reshape(rows, n, 8, 32)
+        qh = b[..., 128:192].reshape(rows, n, 2, 1, 32)
+        qh = (qh >> np.array([0, 2, 4, 6], np.uint8).reshape(4, 1)) & 0x03
+        q = (ql | (qh.reshape(rows, n, 8, 32) << 4)).astype(np.int8) - np.int8(32)
+        sc = np.ascontiguousarray(b[..., 192:208]).view(np.int8).astype(np.float32)
+        scales = _fp16(b, 208).astype(np.float32)[..., None] * sc
+    else:
+        raise ValueError(f"{qtype.name} has no int8 block form")
+
+    def flat(values: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(values).reshape(rows, -1)
+
+    return Int8Blocks(flat(q), flat(scales), None if offsets is None else flat(offsets), block)
 
 
 def to_float32(raw: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:

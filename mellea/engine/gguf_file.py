@@ -90,6 +90,27 @@ class GGUFTensor:
                 chunk = chunk.copy()
             dest[first : first + rows].copy_(torch.from_numpy(chunk))
 
+    def int8_blocks(self, rows: int = 4096):  # -> gguf_blocks.Int8Blocks | None
+        """The tensor as int8 blocks (exact) where its block format has that form, else
+        None; converted ``rows`` at a time (the temporaries are several copies of a chunk)."""
+        from mellea.engine.gguf_blocks import INT8_BLOCK_TYPES, Int8Blocks, to_int8_blocks
+
+        if self.qtype not in INT8_BLOCK_TYPES or len(self.shape) != 2 or self.offset:
+            return None
+        total = self.shape[0]
+        first = to_int8_blocks(self.raw[:rows], self.qtype)
+        q = np.empty((total, first.q.shape[1]), np.int8)
+        scales = np.empty((total, first.scales.shape[1]), np.float32)
+        offsets = None if first.offsets is None else np.empty_like(scales)
+        for start in range(0, total, rows):
+            part = (
+                first if start == 0 else to_int8_blocks(self.raw[start : start + rows], self.qtype)
+            )
+            q[start : start + rows], scales[start : start + rows] = part.q, part.scales
+            if offsets is not None:
+                offsets[start : start + rows] = part.offsets
+        return Int8Blocks(q, scales, offsets, first.block)
+
     def int4(self):  # -> gguf_blocks.Int4Groups | None
         """The tensor as int4 groups where its block format maps onto them, else None."""
         from mellea.engine.gguf_blocks import INT4_TYPES, to_int4

@@ -557,7 +557,8 @@ class DecoderModel(nn.Module):
             if self.fast_cpu:
                 self._interleave_rotary()
             if self.embed_scale != 1.0:  # applied in the weights' dtype, as transformers does
-                dtype = self.embed_tokens.weight.dtype
+                table = getattr(self.embed_tokens, "weight", None)  # none: a BlockTable
+                dtype = torch.float32 if table is None else table.dtype
                 self.embed_scale = float(torch.tensor(self.embed_scale, dtype=dtype))
 
     def _interleave_rotary(self) -> None:

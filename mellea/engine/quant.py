@@ -254,9 +254,18 @@ class Int8Linear(nn.Module):
     default model (outlier channels), see docs/engine.md.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        rows: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        """Quantize ``weight`` [out, in], or take ``rows``, :func:`quantize_rows`' output."""
         super().__init__()
-        q, scale = quantize_rows(weight)
+        if rows is None:
+            assert weight is not None
+            rows = quantize_rows(weight)
+        q, scale = rows
         self.out_features, self.in_features = q.shape
         self.kernel = cpu_kernels.available()
         self.tiled = self.kernel and self.in_features % GROUP == 0
@@ -456,20 +465,30 @@ def tile_groups(
     tiles of :data:`TILE` rows (the last padded with zero rows), each group of a tile
     256 bytes in which byte ``4 j + b`` of part ``s`` holds element ``8 s + b`` of row
     ``j``'s group in its low nibble and element ``8 s + 4 + b`` in its high one; scales
-    and mins [tiles, groups, 16]."""
+    and mins [tiles, groups, 16].
+
+    Works on 4-byte words (a group's 16 bytes are 4 of them, one per ``s % 2`` and
+    low/high half): the nibbles move with word-wide masks and shifts, and the tiling
+    transposes words, not bytes; byte-wise tensor ops made this most of a 1.7B model's
+    load time."""
     n, half = packed.shape
     groups = half * 2 // GROUP
     tiles = -(-n // TILE)
-    pad = (0, 0, 0, tiles * TILE - n)
-    halves = packed.reshape(n, groups, GROUP // 2)
-    q = F.pad(torch.cat([halves & 0x0F, halves >> 4], dim=-1), (0, 0, *pad))
-    q = q.reshape(tiles, TILE, groups, 4, 2, 4)  # [tile, row, group, part, lo/hi, byte]
-    nibbles = q[..., 0, :] | (q[..., 1, :] << 4)
-    qweight = nibbles.permute(0, 2, 3, 1, 4).reshape(tiles, groups, 4, 64).contiguous()
+    rows = tiles * TILE
+    words = packed.contiguous().view(torch.int32).view(n, groups, 2, 2)  # [row, g, s%2, lo/hi]
+    first, second = words[..., 0], words[..., 1]  # elements 8 s' + b and 8 s' + 4 + b
+    low = 0x0F0F0F0F
+    high = 0xF0F0F0F0 - (1 << 32)  # as int32
+    parts = torch.zeros(rows, groups, 2, 2, dtype=torch.int32)  # [row, g, upper half, s%2]
+    parts[:n, :, 0] = (first & low) | ((second & low) << 4)  # parts s = 0, 1
+    parts[:n, :, 1] = ((first >> 4) & low) | (second & high)  # parts s = 2, 3
+    tiled = parts.view(tiles, TILE, groups, 4).permute(0, 2, 3, 1).contiguous()
+    qweight = tiled.view(torch.uint8).view(tiles, groups, 4, 64)
 
     def per_tile(values: torch.Tensor) -> torch.Tensor:
-        padded = F.pad(values, pad)
-        return padded.reshape(tiles, TILE, groups).transpose(1, 2).contiguous()
+        padded = values.new_zeros(rows, groups)
+        padded[:n] = values
+        return padded.view(tiles, TILE, groups).transpose(1, 2).contiguous()
 
     return qweight, per_tile(scales), per_tile(mins)
 
@@ -577,10 +596,17 @@ class RefinedHead(nn.Module):
     which makes ties that fp32 tells apart).
     """
 
-    def __init__(self, inner: nn.Module, exact: torch.Tensor) -> None:
+    def __init__(self, inner: nn.Module, exact: torch.Tensor | nn.Module) -> None:
+        """``exact``: the fp32 weight [vocab, hidden], or a module whose ``rows(index)``
+        widens rows of it (a :class:`~mellea.engine.block_table.BlockTable`)."""
         super().__init__()
         self.inner = inner
-        self.register_buffer("exact", exact.detach().float())
+        if isinstance(exact, torch.Tensor):
+            self.register_buffer("exact", exact.detach().float())
+            self.table = None
+        else:
+            self.exact = None
+            self.table = exact
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """[N, hidden] -> fp32 logits [N, vocab]."""
@@ -590,7 +616,8 @@ class RefinedHead(nn.Module):
             top = cpu_kernels.top_k(logits, k)[1]
         else:
             top = logits.topk(k, dim=-1).indices
-        exact = torch.bmm(self.exact[top], hidden.float().unsqueeze(-1)).squeeze(-1)
+        rows = self.exact[top] if self.table is None else self.table.rows(top)
+        exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
         if self.inner.bias is not None:
             exact = exact + self.inner.bias[top]
         return logits.scatter_(-1, top, exact)
@@ -604,6 +631,35 @@ def linear_layer(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> n
     if fmt == "int4" and weight.shape[1] % GROUP == 0:
         return Int4Linear(weight, bias)
     return Int8Linear(weight, bias)
+
+
+def table_layer(table: Any, fmt: str) -> nn.Module:
+    """A ``fmt`` layer scoring against every row of ``table`` (a
+    :class:`~mellea.engine.block_table.BlockTable`), built 1024 rows at a time: no
+    float32 copy of the whole table. The heap is trimmed after each chunk: a chunk's
+    temporaries (about 6 copies of it) would otherwise stay resident between the small
+    results (0.15 GB more at the peak of a 1.7B model's load)."""
+    from mellea.engine.heap import trim_malloc
+
+    def each(convert: Any) -> list[Any]:
+        parts = []
+        for chunk in table.chunks(1024):
+            parts.append(convert(chunk))
+            del chunk
+            trim_malloc()
+        return parts
+
+    if fmt == "bfloat16":
+        return Bf16Linear(torch.cat(each(lambda c: c.to(torch.bfloat16))), None)
+    if fmt == "int4" and table.embedding_dim % GROUP == 0:
+        parts = each(quantize_groups)
+        groups = tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))
+        del parts
+        return Int4Linear(None, None, groups=groups)  # type: ignore[arg-type]
+    parts = each(quantize_rows)
+    rows = tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))
+    del parts
+    return Int8Linear(None, None, rows=rows)  # type: ignore[arg-type]
 
 
 @torch.no_grad()
@@ -624,8 +680,14 @@ def convert_weights(model: nn.Module, fmt: str) -> nn.Module:
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear) and child is not head:
                 setattr(parent, name, linear_layer(child.weight, child.bias, fmt))
+    from mellea.engine.block_table import BlockTable
+
     embed = getattr(model, "embed_tokens", None)
-    if isinstance(head, nn.Linear):
+    if isinstance(head, BlockTable):  # a GGUF's own head table, kept in its blocks
+        model.lm_head = RefinedHead(table_layer(head, fmt), head)
+    elif head is None and isinstance(embed, BlockTable):
+        model.lm_head = RefinedHead(table_layer(embed, fmt), embed)
+    elif isinstance(head, nn.Linear):
         model.lm_head = RefinedHead(linear_layer(head.weight, head.bias, fmt), head.weight)
     elif head is None and isinstance(embed, nn.Embedding):  # tied: the head reads the table
         model.lm_head = RefinedHead(linear_layer(embed.weight, None, fmt), embed.weight)

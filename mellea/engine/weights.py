@@ -96,6 +96,9 @@ class _GGUFTensor:
     def int4(self) -> Any:
         return self.inner.int4()
 
+    def int8_blocks(self) -> Any:
+        return self.inner.int8_blocks()
+
     def copy_into(self, dest: torch.Tensor) -> None:
         self.inner.copy_into(dest)
 
@@ -214,6 +217,10 @@ def load_weights(
                 if "rotary_emb" in target or "rope_freqs" in target or target == "lm_head.weight":
                     continue  # recomputed (RoPE) / tied to the embedding
                 raise UnsupportedModelError(f"unexpected weight {hf_name}")
+            if quantized and target in _TABLES and _table_from_blocks(model, target, piece):
+                filled[target] = params[target].shape[0]
+                piece.release()
+                continue
             dest = params[target]
             if rows is not None:
                 dest = dest.narrow(0, first, rows)
@@ -227,6 +234,24 @@ def load_weights(
     missing += [f"{name}.weight" for name in pending]
     if missing:
         raise UnsupportedModelError(f"weights missing from the checkpoint: {missing[:5]}")
+
+
+# Tables read by rows, kept in a GGUF's block form when served in a compact format.
+_TABLES = ("embed_tokens.weight", "lm_head.weight")
+
+
+def _table_from_blocks(model: nn.Module, target: str, piece: Any) -> bool:
+    """Put a :class:`BlockTable` of ``piece`` (a GGUF tensor whose block format has an
+    exact int8 form) in place of the table ``target``; False where it has none."""
+    from mellea.engine.block_table import BlockTable
+
+    held = piece.int8_blocks() if hasattr(piece, "int8_blocks") else None
+    if held is None:
+        return False
+    offsets = None if held.offsets is None else torch.from_numpy(held.offsets)
+    table = BlockTable(torch.from_numpy(held.q), torch.from_numpy(held.scales), offsets, held.block)
+    model.set_submodule(target.removesuffix(".weight"), table)
+    return True
 
 
 def _first(entry: tuple[int, Any]) -> int:

@@ -132,3 +132,30 @@ def test_bundled_models_groups_are_what_requantizing_its_float32_gave():
             assert torch.equal(ours, theirs), entry.name
         seen += 1
     assert seen == 210
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q6_K], ids=lambda t: t.name)
+def test_int8_blocks_widen_to_the_reference_bit_for_bit(qtype):
+    """A table kept as int8 blocks (the embedding of a quantized GGUF) widens, row by
+    row, to exactly what the gguf package's dequantizer gives."""
+    from mellea.engine.block_table import BlockTable
+
+    if qtype in (Q.Q4_K, Q.Q6_K):
+        raw = random_k_blocks(qtype, 40, 512, seed=3)
+    else:
+        weight = np.random.default_rng(2).normal(0, 0.05, (40, 512)).astype(np.float32)
+        raw = quantize(weight, qtype)
+    reference = torch.from_numpy(dequantize(raw, qtype))
+    held = gguf_blocks.to_int8_blocks(raw, qtype)
+    assert held.q.dtype == np.int8 and held.q.shape == reference.shape
+    offsets = None if held.offsets is None else torch.from_numpy(held.offsets)
+    table = BlockTable(torch.from_numpy(held.q), torch.from_numpy(held.scales), offsets, held.block)
+    assert torch.equal(table.dequantized(), reference)
+    ids = torch.tensor([[7, 0], [39, 7]])
+    assert torch.equal(table(ids), reference[ids])
+
+
+def test_types_without_an_int8_block_form_are_refused():
+    raw = random_k_blocks(Q.Q5_K, 4, 256)
+    with pytest.raises(ValueError, match="Q5_K"):
+        gguf_blocks.to_int8_blocks(raw, Q.Q5_K)

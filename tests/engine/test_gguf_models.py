@@ -223,6 +223,37 @@ def test_int4_layers_hold_the_files_4bit_weights(tiny_gguf, qtype):
                 assert torch.equal(got, want)
 
 
+TABLE_CASES = [(Q.Q4_1, "int4"), (Q.Q6_K, "int8"), (Q.Q8_0, "bfloat16")]
+
+
+@pytest.mark.parametrize(
+    ("qtype", "fmt"), TABLE_CASES, ids=[f"{q.name}-{f}" for q, f in TABLE_CASES]
+)
+def test_quantized_formats_keep_the_embedding_in_the_files_blocks(tiny_gguf, qtype, fmt):
+    """Served in a compact format, the embedding table stays in the file's blocks (a
+    quarter of float32's memory) and looks rows up exactly; the tied head scores with
+    the compact kernel and refines its best logits from those exact rows."""
+    from mellea.engine.block_table import BlockTable
+
+    meta = resolve_model(str(tiny_gguf("llama", qtype)))
+    cfg = ModelConfig.from_dir(meta)
+    ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights=fmt)
+    convert_weights(ours, fmt)
+    hf = hf_model(meta)
+    table = hf.model.embed_tokens.weight
+    assert isinstance(ours.embed_tokens, BlockTable)
+    assert ours.embed_tokens.q.dtype == torch.int8
+    assert torch.equal(ours.embed_tokens.dequantized(), table)
+    assert isinstance(ours.lm_head, RefinedHead) and ours.lm_head.table is ours.embed_tokens
+    hidden = torch.randn(3, HIDDEN)
+    logits = ours.compute_logits(hidden)
+    exact = hidden @ table.T
+    best = exact.argmax(-1)
+    assert torch.equal(logits.argmax(-1), best)
+    got, want = logits.gather(1, best[:, None]), exact.gather(1, best[:, None])
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
     from mellea.engine.quant import resolve_format
 

@@ -1,0 +1,57 @@
+"""A table read by rows (a token embedding, an LM head's exact rows) kept in a GGUF
+file's own block form: int8 values with an fp32 scale, and offset, per block.
+
+A 49k x 2048 vocabulary is 400 MB in float32 and about 125 MB this way, and a lookup
+widens only the rows it reads, to exactly the values the ``gguf`` package's
+dequantizer gives (:class:`mellea.engine.gguf_blocks.Int8Blocks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+
+class BlockTable(nn.Module):
+    """int8 values [rows, K] with fp32 scales (and offsets) per block of ``block`` along
+    each row; called with token ids, returns their rows in float32 (an embedding)."""
+
+    def __init__(
+        self,
+        q: torch.Tensor,
+        scales: torch.Tensor,
+        offsets: torch.Tensor | None,
+        block: int,
+    ) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = q.shape
+        self.block = block
+        self.register_buffer("q", q)
+        self.register_buffer("scales", scales)
+        self.register_buffer("offsets", offsets)
+
+    def rows(self, index: torch.Tensor) -> torch.Tensor:
+        """The float32 rows at ``index`` (any shape) -> [*index.shape, K]."""
+        flat = index.reshape(-1)
+        blocks = self.q[flat].float().view(flat.numel(), -1, self.block)
+        # Two roundings, multiply then add, as the reference dequantizer does them.
+        values = blocks * self.scales[flat].unsqueeze(-1)
+        if self.offsets is not None:
+            values = values + self.offsets[flat].unsqueeze(-1)
+        return values.view(*index.shape, self.embedding_dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token ids -> their float32 rows (an embedding lookup)."""
+        return self.rows(ids)
+
+    def chunks(self, size: int = 4096) -> Iterator[torch.Tensor]:
+        """The whole table in float32, ``size`` rows at a time."""
+        for first in range(0, self.num_embeddings, size):
+            index = torch.arange(first, min(first + size, self.num_embeddings))
+            yield self.rows(index)
+
+    def dequantized(self) -> torch.Tensor:
+        """The whole table in float32 (tests and small models)."""
+        return torch.cat(list(self.chunks()))
