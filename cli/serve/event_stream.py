@@ -76,7 +76,7 @@ class EventStreamResponse(Response):
             async for item in self.events:
                 if self._ended:
                     continue  # nothing goes after the body's end
-                if isinstance(item, Mapping):
+                if isinstance(item, dict):  # one frame; else a list of them, for one write
                     data = ServerSentEvent(**item).encode()
                 else:
                     data = b"".join(ServerSentEvent(**event).encode() for event in item)
