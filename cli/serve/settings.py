@@ -6,6 +6,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,7 +61,7 @@ class ServeSettings:
     @property
     def served_model_name(self) -> str:
         """What ``/v1/models`` and every response report as the model."""
-        return self.model_name or Path(self.program).stem
+        return self.model_name or _stem(self.program)
 
     def runtime(self, progress: StepHook | None = None) -> Runtime:
         """The runtime an app built from these settings shares among its sessions."""
@@ -213,3 +214,9 @@ def parse_duration(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{text!r}: give a finite, non-negative duration")
     return value
+
+
+@lru_cache(maxsize=8)
+def _stem(program: str) -> str:
+    # Every reply names its model: a Path per request costs more than the rest of its setup.
+    return Path(program).stem

@@ -151,8 +151,11 @@ class ChoiceReader:
                 if text:
                     if self.observer is not None:
                         self.observer.on_content()
-                    for event in self._deltas(text):
-                        yield event
+                    if self.parser is None:  # inline: no generator per chunk
+                        yield TextDelta(text, self._new_logprobs())
+                    else:
+                        for event in self._parsed(self.parser.feed(text)):
+                            yield event
                 elif thunk.is_computed():
                     break
             if self.parser is not None:
@@ -171,12 +174,6 @@ class ChoiceReader:
             await close_source(self.thunk or self.source, self._pending)
         if failure is not None:
             yield Failed(failure)  # after the close: a consumer that stops here leaves nothing
-
-    def _deltas(self, text: str) -> Iterator[ChoiceEvent]:
-        if self.parser is None:
-            yield TextDelta(text, self._new_logprobs())
-        else:
-            yield from self._parsed(self.parser.feed(text))
 
     def _parsed(self, delta: ReplyDelta) -> Iterator[ChoiceEvent]:
         if delta.reasoning:

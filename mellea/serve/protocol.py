@@ -175,11 +175,11 @@ class ChatCompletionRequest(RequestBody):
     @model_validator(mode="after")
     def legacy_functions(self) -> ChatCompletionRequest:
         """``functions`` / ``function_call`` as ``tools`` / ``tool_choice`` (one call at most)."""
-        if self._functions_converted:
-            return self
-        if self.functions is None:
+        if self.functions is None:  # first: the private attribute costs a lookup
             if self.function_call is not None:
                 raise body_error("function_call needs functions", ("function_call",))
+            return self
+        if self._functions_converted:
             return self
         if self.tools is not None or self.tool_choice is not None:
             raise body_error(

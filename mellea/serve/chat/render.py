@@ -53,30 +53,33 @@ class ChatChunks:
         self.calls = 0
         self.pending: list[Any] = []  # log-probability entries not sent yet
 
-    def render(self, event: events_of.ChoiceEvent) -> Iterator[ChatChunk]:
-        """The chunks ``event`` becomes."""
+    def render(self, event: events_of.ChoiceEvent) -> tuple[ChatChunk, ...]:
+        """The chunks ``event`` becomes (a tuple: no generator per event)."""
         kind = type(event)  # each event is exactly one of these types: no isinstance chain
         if kind is events_of.TextDelta:
             self.pending += event.logprobs  # type: ignore[union-attr]
-            yield self._chunk(Delta(content=event.text))  # type: ignore[union-attr]
-        elif kind is events_of.Role:
-            yield ChunkChoice(index=self.index, delta=Delta(role="assistant", content=""))
-        elif kind is events_of.ProgramEvent:
-            yield event_object(event.event, self.index)  # type: ignore[union-attr]
-        elif kind is events_of.ReasoningDelta:
+            return (self._chunk(Delta(content=event.text)),)  # type: ignore[union-attr]
+        if kind is events_of.Role:
+            return (ChunkChoice(index=self.index, delta=Delta(role="assistant", content="")),)
+        if kind is events_of.ProgramEvent:
+            return (event_object(event.event, self.index),)  # type: ignore[union-attr]
+        if kind is events_of.ReasoningDelta:
             self.pending += event.logprobs  # type: ignore[union-attr]
-            yield self._chunk(Delta(reasoning_content=event.text))  # type: ignore[union-attr]
-        elif kind is events_of.ToolCallEvent:
+            return (self._chunk(Delta(reasoning_content=event.text)),)  # type: ignore[union-attr]
+        if kind is events_of.ToolCallEvent:
             self.pending += event.logprobs  # type: ignore[union-attr]
-            yield from self._call_chunks(event)  # type: ignore[arg-type]
-        elif kind is events_of.Finish:
+            return tuple(self._call_chunks(event))  # type: ignore[arg-type]
+        if kind is events_of.Finish:
             assert isinstance(event, events_of.Finish)
             self.pending += event.logprobs
             self.tally.add(self.index, event)
-            if self.context.live:
-                yield event_object({"type": "program.done", **(event.report or {})}, self.index)
             reason = legacy_finish(event.reason) if self.functions else event.reason
-            yield self._chunk(Delta(), finish=reason)
+            finish = self._chunk(Delta(), finish=reason)
+            if self.context.live:
+                done = {"type": "program.done", **(event.report or {})}
+                return (event_object(done, self.index), finish)
+            return (finish,)
+        return ()
 
     def _chunk(self, delta: Delta, finish: FinishReason | None = None) -> ChunkChoice:
         entries = _logprobs(self.pending) if self.context.logprobs else None
