@@ -68,3 +68,23 @@ class ModelOption:
     ) -> dict[str, Any]:
         """``persistent_opts`` updated by ``overwrite_opts`` (which wins), as a new dict."""
         return {**persistent_opts, **(overwrite_opts or {})}
+
+
+def varied_options(options: dict[str, Any], index: int, temperature: float) -> dict[str, Any]:
+    """The options of generation ``index`` among several that must not repeat each other.
+
+    The one rule for both ``n`` choices of a request and retries of a sampling loop:
+    generation 0 keeps ``options``; later ones get ``seed + index`` when a seed was given
+    (``seed - index`` where that would pass 2**63), and sample at ``temperature`` when
+    no temperature was given (the local backend's default is greedy, which repeats).
+    """
+    if index == 0:
+        return options
+    varied = dict(options)
+    seed = varied.get(ModelOption.SEED)
+    if seed is not None:
+        seed = int(seed)
+        varied[ModelOption.SEED] = seed + index if seed + index < 2**63 else seed - index
+    if varied.get(ModelOption.TEMPERATURE) is None:
+        varied[ModelOption.TEMPERATURE] = temperature
+    return varied

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from mellea.core.model_options import ModelOption
+from mellea.core.model_options import ModelOption, varied_options
 from mellea.serve.bounds import (
     check_logit_bias,
     check_stop,
@@ -50,24 +50,18 @@ class ServeArguments:
     client_options: dict[str, Any] = field(default_factory=dict)
 
 
-def choice_options(options: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    """The model options of each of ``n`` choices, so that they differ.
+CHOICE_TEMPERATURE = 1.0  # OpenAI's default: n choices without a temperature sample
 
-    Choice ``i`` gets ``seed + i`` when a seed was sent (the same seed would repeat
-    the same reply). Without a temperature the choices sample at 1.0, OpenAI's
-    default, because the local backend's default is greedy and would repeat too.
-    """
+
+def choice_options(options: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """The model options of each of ``n`` choices, so that they differ
+    (:func:`~mellea.core.model_options.varied_options`; without a temperature the
+    choices sample at 1.0, OpenAI's default)."""
     if n == 1:
         return [options]
-    result = []
-    for i in range(n):
-        each = dict(options)
-        seed = each.get(ModelOption.SEED)
-        if seed is not None:
-            each[ModelOption.SEED] = seed + i if seed + i < 2**63 else seed - i
-        each.setdefault(ModelOption.TEMPERATURE, 1.0)
-        result.append(each)
-    return result
+    if options.get(ModelOption.TEMPERATURE) is None:  # every choice samples, the first too
+        options = {**options, ModelOption.TEMPERATURE: CHOICE_TEMPERATURE}
+    return [varied_options(options, i, CHOICE_TEMPERATURE) for i in range(n)]
 
 
 def sampling_options(request: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from mellea.backends.base import Backend
 from mellea.core._sync import run_sync
 from mellea.core.base import CBlock, Component, GenerateLog, Span
 from mellea.core.content import user_content
-from mellea.core.model_options import ModelOption
+from mellea.core.model_options import ModelOption, varied_options
 from mellea.core.requirement import Requirement, ValidationResult
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
@@ -617,7 +617,7 @@ class MelleaSession:
                 sent,
                 action=action,
                 context=self.ctx,
-                model_options=_reseeded(options, attempt),
+                model_options=varied_options(options, attempt, RETRY_TEMPERATURE),
                 format=format,
                 tool_calls=tool_calls,
                 session_id=self.id,
@@ -690,19 +690,3 @@ def _parse_into(action: Any, thunk: ModelOutputThunk) -> None:
 
 
 __all__ = ["MelleaSession", "render_instruction", "start_session"]
-
-
-def _reseeded(options: dict[str, Any], attempt: int) -> dict[str, Any]:
-    """Options for retry ``attempt``, made so a retry can differ from the attempts before.
-
-    A seeded request gets seed + attempt; a request without a temperature samples
-    retries at :data:`RETRY_TEMPERATURE` (a greedy retry would repeat itself).
-    """
-    if attempt == 0:
-        return options
-    options = dict(options)
-    if options.get(ModelOption.SEED) is not None:
-        options[ModelOption.SEED] = int(options[ModelOption.SEED]) + attempt
-    if options.get(ModelOption.TEMPERATURE) is None:
-        options[ModelOption.TEMPERATURE] = RETRY_TEMPERATURE
-    return options
