@@ -138,6 +138,7 @@ class ProgramTrace:
         """
         self.calls: list[ModelCall] = []
         self.samplings: list[Sampling] = []
+        self.chunk_checks: list[Event] = []  # validated streaming's verdicts, per chunk
         self.timed = timed
         self.started_ns = time.time_ns()
         self.returned_ns: int | None = None  # when the program returned
@@ -246,6 +247,13 @@ class ProgramTrace:
                 }
             )
 
+    def chunk_checked(self, check: Event) -> None:
+        """Validated streaming's verdicts on one chunk (``chunk``, ``text``, ``passed``,
+        ``requirements``): kept for the report and, live, sent as a ``chunk.checked`` event."""
+        self.chunk_checks.append(check)
+        if self.live:
+            self._emit({"type": "chunk.checked", **check})
+
     def sampled(self, result: SamplingResult, run: Sampling | None = None) -> None:
         """Sampling ``run`` (default: the latest) kept attempt ``result.result_index``."""
         if run is None and not self.samplings:
@@ -295,6 +303,14 @@ class ProgramTrace:
                 yield getter.result()
         while not queue.empty():
             yield queue.get_nowait()
+
+    def queued_events(self) -> list[Event]:
+        """The live events queued so far and not yet read (without waiting for more)."""
+        queue = self._queue
+        events: list[Event] = []
+        while queue is not None and not queue.empty():
+            events.append(queue.get_nowait())
+        return events
 
     # -- internals -------------------------------------------------------------
 

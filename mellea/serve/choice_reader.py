@@ -148,6 +148,9 @@ class ChoiceReader:
             reader = ThunkReader(thunk)
             while True:
                 text = await self._wait(reader.next())
+                if self.live:  # events of a program's validated stream, read with its text
+                    for event in self.trace.queued_events():  # type: ignore[union-attr]
+                        yield ProgramEvent(event)
                 if text:
                     if self.observer is not None:
                         self.observer.on_content()

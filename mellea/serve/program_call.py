@@ -11,23 +11,31 @@ from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import ProgramTrace, recording
 from mellea.serve.errors import as_openai_error
+from mellea.stdlib.streaming import Streamer
 
 
 class ProgramOutputError(TypeError):
-    """``serve()`` returned something that is not a thunk, a sampling result or a string."""
+    """``serve()`` returned something that is not a thunk, a sampling result, a validated
+    stream or a string."""
 
 
 def as_thunk(result: Any) -> ModelOutputThunk:
-    """The thunk to serve for whatever ``serve()`` returned."""
+    """The thunk to serve for whatever ``serve()`` returned.
+
+    A validated stream (:class:`~mellea.stdlib.streaming.Streamer`) is served as the
+    chunks that pass its checks, read as the client reads.
+    """
     if isinstance(result, SamplingResult):
         return result.result
     if isinstance(result, ModelOutputThunk):
         return result
+    if isinstance(result, Streamer):
+        return result.as_thunk()
     if isinstance(result, str):
         return ModelOutputThunk(value=result)
     raise ProgramOutputError(
         f"serve() returned {type(result).__name__}; "
-        "expected a ModelOutputThunk, a SamplingResult or a str"
+        "expected a ModelOutputThunk, a SamplingResult, a Streamer or a str"
     )
 
 

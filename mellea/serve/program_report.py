@@ -6,6 +6,8 @@ complete. Its fields (all optional to a client; see docs/serve.md):
 - ``requirements_met``, ``attempt_count``, ``chosen_attempt``, ``requirements`` (the
   verdicts on the chosen attempt) and ``attempts`` (every attempt's text and verdicts):
   present when the program sampled with requirements.
+- ``chunk_checks``: the verdicts on each chunk of a validated stream the program ran
+  (:func:`mellea.stdlib.streaming.stream`): present when there were any.
 - ``model_calls``: every model call the program made, with its purpose and token counts.
 """
 
@@ -41,6 +43,8 @@ def program_report(trace: ProgramTrace | None, served: ModelOutputThunk) -> dict
             }
             for a in sampling.attempts
         ]
+    if trace.chunk_checks:
+        report["chunk_checks"] = list(trace.chunk_checks)
     report["model_calls"] = [_call(c) for c in trace.calls]
     return report
 

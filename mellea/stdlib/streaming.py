@@ -21,7 +21,8 @@ from mellea.core.backend import Backend
 from mellea.core.base import CBlock, Component, Context
 from mellea.core.model_options import ModelOption
 from mellea.core.requirement import PartialValidationResult, Requirement, ValidationResult
-from mellea.core.thunk import ModelOutputThunk
+from mellea.core.thunk import GenerationChunk, ModelOutputThunk
+from mellea.core.trace import current_trace
 from mellea.stdlib.backend_bridge import messages_for
 from mellea.stdlib.chunking import Chunker, ChunkingStrategy, resolve_chunking_strategy
 
@@ -154,6 +155,7 @@ class Streamer:
         self._backend = validation_backend
         self._chunker = Chunker(chunking) if chunking is not None else None
         self._closed = False
+        self._trace = current_trace()  # the serving program's, if any: chunks are checked later
         self._gen = self._drive()
 
     def __aiter__(self) -> AsyncIterator[str]:
@@ -169,6 +171,31 @@ class Streamer:
         """Stop the stream (closing the generation if it still runs); safe to call twice."""
         await self._gen.aclose()
         await self._finish(False, None)
+
+    def as_thunk(self) -> ModelOutputThunk:
+        """A thunk whose text is what this stream hands out, as it is handed out (ours).
+
+        Reading the thunk drives the stream: a chunk reaches the thunk only once it has
+        passed its checks, so a failed chunk and everything after it never do; its
+        ``finish_reason`` is then ``content_filter``. ``m serve`` serves a returned
+        ``Streamer`` this way. Closing the thunk closes the stream.
+        """
+        return ModelOutputThunk.from_stream(self._handed_out())
+
+    async def _handed_out(self) -> AsyncIterator[GenerationChunk]:
+        sent = 0
+        try:
+            async for _ in self._gen:
+                new = self.full_text[sent:]  # the chunk with the space before it
+                sent += len(new)
+                if new:
+                    yield GenerationChunk(text=new)
+        finally:
+            await self.aclose()
+        reason = "content_filter" if self.failed_early else self._thunk.finish_reason
+        yield GenerationChunk(
+            text=self.full_text[sent:], finish_reason=reason, usage=self._thunk.usage
+        )
 
     async def _event(self, event: StreamEvent) -> None:
         self.events.append(event)
@@ -190,6 +217,24 @@ class Streamer:
             (r, v) for r, v in zip(self._requirements, results, strict=True) if v.success == "fail"
         ]
         await self._event(QuickCheckEvent(index, 1, not failed, results))
+        if self._trace is not None:
+            self._trace.chunk_checked(
+                {
+                    "stream": self.streaming_id,
+                    "chunk": index,
+                    "text": chunk,
+                    "passed": not failed,
+                    "requirements": [
+                        {
+                            "description": None if r.description is None else str(r.description),
+                            "success": v.success,
+                            "reason": None if v.reason is None else str(v.reason),
+                            "score": v.score,
+                        }
+                        for r, v in zip(self._requirements, results, strict=True)
+                    ],
+                }
+            )
         if failed:
             self.failed_early = True
             self.streaming_failures.extend(failed)
