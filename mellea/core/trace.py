@@ -250,6 +250,8 @@ class ProgramTrace:
     def chunk_checked(self, check: Event) -> None:
         """Validated streaming's verdicts on one chunk (``chunk``, ``text``, ``passed``,
         ``requirements``): kept for the report and, live, sent as a ``chunk.checked`` event."""
+        for verdict in check.get("requirements", []):
+            verdict["score"] = _number(verdict.get("score"))
         self.chunk_checks.append(check)
         if self.live:
             self._emit({"type": "chunk.checked", **check})

@@ -58,3 +58,17 @@ async def test_chunk_verdicts_go_to_the_trace_current_when_the_stream_started():
     untraced = await _streamer("storm")
     await as_thunk(untraced).avalue()  # no trace: nothing recorded, nothing fails
     assert len(trace.chunk_checks) == 3
+
+
+def test_a_chunk_verdicts_score_is_a_json_number_or_none():
+    trace = ProgramTrace()
+    for score in (0.5, float("nan"), "high", None):
+        trace.chunk_checked(
+            {
+                "chunk": 0,
+                "text": "x",
+                "passed": True,
+                "requirements": [{"description": "r", "success": "pass", "score": score}],
+            }
+        )
+    assert [c["requirements"][0]["score"] for c in trace.chunk_checks] == [0.5, None, None, None]
