@@ -122,3 +122,15 @@ def test_responses_stream_sends_the_verdicts_and_only_passing_text(server):
     assert done["response"]["incomplete_details"] == {"reason": "content_filter"}
     assert done["response"]["output"][0]["content"][0]["text"] == PASSED_IN_STORM
     assert [c["passed"] for c in done["response"]["mellea"]["chunk_checks"]] == [True, True, False]
+
+
+def test_completions_stream_and_whole_send_the_same_passing_text(server):
+    client = _client(server)
+    whole = client.completions.create(model="m", prompt="storm c")
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model="m", prompt="storm c", stream=True)
+        if c.choices
+    )
+    assert streamed == whole.choices[0].text == PASSED_IN_STORM
+    assert whole.choices[0].finish_reason == "content_filter"
