@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 
 import httpx
 import openai
@@ -307,6 +308,15 @@ async def test_cancel_stops_a_streaming_response(echo, monkeypatch):
     assert stored["status"] == "cancelled" and stored["output"][0]["status"] == "incomplete"
     assert len(stored["output"][0]["content"][0]["text"]) < len(long_input)
     assert_error(await echo.post(f"{RESPONSES}/{response_id}/cancel", json={}), 400)
+
+
+async def test_the_store_is_closed_when_the_server_stops(tmp_path):
+    app = app_for(PROGRAMS / "echo.py", responses_db=str(tmp_path / "responses.db"))
+    async with app.router.lifespan_context(app), client_for(app) as client:
+        reply = await openai_client(client).responses.create(model="m", input="kept")
+    assert reply.output_text == "kept"
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        app.state.responses_store.get(reply.id)
 
 
 class _DatabaseGoneWhileWaiting(ResponseStore):

@@ -152,9 +152,13 @@ class PostgresStore:
             raise StoreUnavailable
 
     def close(self) -> None:
-        """Stop renewing leases and close the connections."""
+        """Stop renewing leases and probing, wait for those threads and the calls under
+        way, and close the connections (calling it again does nothing more)."""
         self._closed.set()
         self.executor.shutdown(wait=True)
+        self._leases.join()
+        if self._probe is not None:  # read after the join: the lease thread may start one
+            self._probe.join()
         self._pool.close()
 
     def create(self, record: StoredResponse, owner: str = "") -> None:
