@@ -1,4 +1,4 @@
-"""What only the PostgreSQL store has: a versioned schema, leases, and outliving the database."""
+"""What only the PostgreSQL store has: a versioned schema and outliving the database."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from tests.server import PROGRAMS
 # under CI=true), through the pg_server fixture.
 psycopg = pytest.importorskip("psycopg")
 store_postgres = pytest.importorskip("mellea.serve.responses.store_postgres")
-ORPHAN_ERROR = store_postgres.ORPHAN_ERROR
 SCHEMA_VERSION = store_postgres.SCHEMA_VERSION
 PostgresStore = store_postgres.PostgresStore
 
@@ -47,25 +46,6 @@ def test_an_unreachable_database_is_a_start_error(pg_server):
     url = pg_server.database_url("no_such_database")
     with pytest.raises(StoreError, match="cannot open the responses database no_such_database@"):
         open_store(url)
-
-
-def test_a_response_whose_server_died_fails_when_its_lease_runs_out(pg_url):
-    dying = PostgresStore(pg_url, lease=0.6)
-    alive = PostgresStore(pg_url, lease=0.6)
-    dying.create(running("orphan"))
-    alive.create(running("kept"))
-    time.sleep(1.0)  # both renewed by their threads meanwhile
-    assert alive.status("orphan") == "in_progress"
-    dying._closed.set()  # stops renewing, as a killed process would
-    deadline = time.monotonic() + 5
-    while alive.status("orphan") == "in_progress" and time.monotonic() < deadline:
-        time.sleep(0.1)
-    orphan = alive.get("orphan").response
-    assert orphan["status"] == "failed" and orphan["error"] == ORPHAN_ERROR
-    assert alive.status("kept") == "in_progress", "a live server's response keeps its lease"
-    assert alive.finish({"id": "kept", "status": "completed"})["status"] == "completed"
-    dying.close()
-    alive.close()
 
 
 def test_the_store_outlives_a_database_restart(pg_server, pg_url):
