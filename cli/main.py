@@ -183,7 +183,7 @@ def serve(
             envvar="M_SERVE_RESPONSES_LEASE",
             min=0.5,
             rich_help_panel=LIMITS,
-            help="With PostgreSQL: seconds after which a response in progress whose server died (it stops renewing it) is marked failed.",
+            help="With a --responses-db FILE or PostgreSQL: seconds after which a response in progress whose server process died (it stops renewing it) is marked failed.",
         ),
     ] = 10.0,
     responses_max_count: Annotated[

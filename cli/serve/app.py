@@ -112,6 +112,9 @@ def create_app(
         stop.set()
         if watcher is not None:
             await asyncio.gather(watcher, return_exceptions=True)
+        # Its pool, lease and probe threads (PostgreSQL) or its connection (SQLite) end
+        # with the server; closing waits for store calls still under way.
+        await asyncio.to_thread(app.state.responses_store.close)
 
     app = FastAPI(
         title="m serve",

@@ -33,7 +33,7 @@ from mellea.serve.responses import (
     serve_arguments,
 )
 from mellea.serve.responses.reply import ResponsesReply
-from mellea.serve.responses.store_api import store_call
+from mellea.serve.responses.store_api import UNAVAILABLE_MESSAGE, StoreUnavailable, store_call
 from mellea.serve.responses.truncation import call_fitting
 
 log = logging.getLogger("mellea.serve")
@@ -125,20 +125,34 @@ async def retrieve_response(
 async def _replayed(
     store: Store, settings: ServeSettings, response_id: str, starting_after: int | None
 ) -> AsyncGenerator[dict[str, Any], None]:
+    try:
+        stored = await _ended(store, settings, response_id)
+    except StoreUnavailable:
+        # The stream has started (200 sent): the 503 becomes its error event.
+        message = f"response {response_id!r} cannot be replayed now: {UNAVAILABLE_MESSAGE}"
+        yield _error_event("store_unavailable", message)
+        return
+    if stored is None or stored.status == "in_progress":
+        state = "was deleted" if stored is None else "is still in progress"
+        yield _error_event(None, f"response {response_id!r} {state}")
+        return
+    for event in replay_events(stored.response, starting_after):
+        yield event
+
+
+async def _ended(store: Store, settings: ServeSettings, response_id: str) -> StoredResponse | None:
+    """The stored response once it is no longer in progress (or the wait ran out)."""
     deadline = time.monotonic() + (settings.request_timeout or REPLAY_WAIT_SECONDS)
     while (
         await store_call(store, store.status, response_id) == "in_progress"
         and time.monotonic() < deadline
     ):
         await asyncio.sleep(REPLAY_POLL_SECONDS)
-    stored = await store_call(store, store.get, response_id)
-    if stored is None or stored.status == "in_progress":
-        state = "was deleted" if stored is None else "is still in progress"
-        message = f"response {response_id!r} {state}"
-        yield {"type": "error", "sequence_number": 0, "code": None, "message": message}
-        return
-    for event in replay_events(stored.response, starting_after):
-        yield event
+    return await store_call(store, store.get, response_id)
+
+
+def _error_event(code: str | None, message: str) -> dict[str, Any]:
+    return {"type": "error", "sequence_number": 0, "code": code, "message": message}
 
 
 @router.delete("/v1/responses/{response_id}", response_model=None)

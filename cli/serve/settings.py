@@ -48,7 +48,7 @@ class ServeSettings:
     tool_call_parser: str | None = "hermes"
     reasoning_parser: str | None = None
     responses_db: str | None = None  # a SQLite file, a postgresql:// URL, or None (memory)
-    responses_lease: float = 10.0  # PostgreSQL: seconds an orphaned response stays in progress
+    responses_lease: float = 10.0  # seconds an orphaned response stays in progress
     responses_max_count: int | None = 10_000  # None: no bound
     responses_max_age: float | None = 30 * 24 * 3600.0  # seconds; None: kept forever
     responses_max_bytes: int | None = 256 * 1024 * 1024  # records' JSON; None: no bound

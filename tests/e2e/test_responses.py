@@ -6,6 +6,8 @@ Cases that need no socket also run in-process in ``tests/unit/test_wire_inproces
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ import pytest
 from mellea.core import TokenLogprob
 from mellea.serve.responses import ResponseStore, StoredResponse
 from mellea.serve.responses.output import OutputBuilder
+from mellea.serve.responses.store import ORPHAN_ERROR
 from tests.e2e.test_cli import m
 from tests.server import PROGRAMS, serve
 
@@ -545,6 +548,29 @@ def test_workers_share_the_store_file(tmp_path: Path):
             assert list(events)[-1]["code"] == "response_cancelled"
         assert time.monotonic() - started < 5
         assert get(server, response_id).json()["status"] == "cancelled"
+
+
+def test_a_killed_server_s_response_in_a_file_fails_when_its_lease_runs_out(tmp_path: Path):
+    db = str(tmp_path / "responses.db")
+    args = ("--responses-db", db, "--responses-lease", "1")
+    long_input = " ".join(["word"] * 3000)  # seconds of echo: still running when killed
+    with (
+        serve(PROGRAMS / "echo.py", *args) as victim,
+        httpx.stream(
+            "POST", f"{victim.base_url}/v1/responses", json={"input": long_input, "stream": True}
+        ) as response,
+    ):
+        events = events_of(response.iter_lines())  # kept open: a client gone cancels
+        response_id = next(events)["response"]["id"]
+        assert get(victim, response_id).json()["status"] == "in_progress"
+        os.kill(victim.process.pid, signal.SIGKILL)
+    with serve(PROGRAMS / "echo.py", *args) as survivor:  # another worker of the file
+        deadline = time.monotonic() + 15
+        while (stored := get(survivor, response_id).json())["status"] == "in_progress":
+            assert time.monotonic() < deadline, "the orphan was never marked failed"
+            time.sleep(0.2)
+    assert stored["status"] == "failed"
+    assert stored["error"]["message"] == ORPHAN_ERROR["message"]
 
 
 def test_memory_store_works_across_threads():

@@ -7,6 +7,7 @@ database stand for two server processes (workers, or replicas on other machines)
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mellea.serve.responses import ResponseStore, Store, StoredResponse, open_store
+from mellea.serve.responses.store import ORPHAN_ERROR
 
 OpenStore = Callable[..., Store]
 
@@ -121,8 +123,6 @@ def raw_rows(location: str) -> str:
 
         with psycopg.connect(location) as conn:
             return repr(conn.execute("SELECT * FROM mellea_responses").fetchall())
-    import sqlite3
-
     return repr(sqlite3.connect(location).execute("SELECT * FROM responses").fetchall())
 
 
@@ -161,6 +161,48 @@ def test_store_is_shared_between_processes_and_cancel_wins(open_stores):
     assert two.cancel("resp_1")[0] == "cancelled"
     assert two.delete("resp_1") and one.get("resp_1") is None and not one.delete("resp_1")
     assert one.finish(response) is None, "a deleted response is not written back"
+
+
+def test_a_response_whose_server_died_fails_when_its_lease_runs_out(open_stores):
+    dying, alive = open_stores(lease=0.6), open_stores(lease=0.6)  # two servers
+    dying.create(record("orphan", time.time(), status="in_progress"))
+    alive.create(record("kept", time.time(), status="in_progress"))
+    time.sleep(1.0)  # both renewed by their threads meanwhile
+    assert alive.status("orphan") == "in_progress"
+    dying._closed.set()  # stops renewing, as a killed process would
+    deadline = time.monotonic() + 5
+    while alive.status("orphan") == "in_progress" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    orphan = alive.get("orphan").response
+    assert orphan["status"] == "failed" and orphan["error"] == ORPHAN_ERROR
+    assert alive.status("kept") == "in_progress", "a live server's response keeps its lease"
+    assert alive.finish({"id": "kept", "status": "completed"})["status"] == "completed"
+
+
+def test_a_file_from_before_leases_gets_them_and_its_orphans_fail(tmp_path):
+    path = tmp_path / "responses.db"
+    old = sqlite3.connect(path)
+    old.execute(
+        "CREATE TABLE responses (id TEXT PRIMARY KEY, status TEXT NOT NULL, record TEXT NOT "
+        "NULL, created REAL NOT NULL DEFAULT 0, size INTEGER NOT NULL DEFAULT 0, "
+        "owner TEXT NOT NULL DEFAULT '')"
+    )
+    stuck = '{"response": {"id": "stuck", "status": "in_progress"}, "input": [], "history": []}'
+    old.execute(
+        "INSERT INTO responses (id, status, record) VALUES ('stuck', 'in_progress', ?)", (stuck,)
+    )
+    old.commit()
+    old.close()
+    store = ResponseStore(str(path), max_age=None, lease=0.3)
+    try:
+        store.create(record("new", time.time(), status="in_progress"))
+        deadline = time.monotonic() + 5
+        while store.status("stuck") == "in_progress" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert store.get("stuck").response["error"] == ORPHAN_ERROR
+        assert store.status("new") == "in_progress", "renewed by this process"
+    finally:
+        store.close()
 
 
 def test_items_are_found_by_id_in_inputs_and_outputs(open_stores):

@@ -1,18 +1,20 @@
-"""What only the PostgreSQL store has: a versioned schema, leases, and outliving the database."""
+"""What only the PostgreSQL store has: a versioned schema and outliving the database."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 from mellea.serve.responses import StoredResponse, StoreError, StoreUnavailable, open_store
+from tests.inprocess import app_for, client_for, openai_client
+from tests.server import PROGRAMS
 
 # Without the driver these skip; test_response_store's PostgreSQL cases say why (and fail
 # under CI=true), through the pg_server fixture.
 psycopg = pytest.importorskip("psycopg")
 store_postgres = pytest.importorskip("mellea.serve.responses.store_postgres")
-ORPHAN_ERROR = store_postgres.ORPHAN_ERROR
 SCHEMA_VERSION = store_postgres.SCHEMA_VERSION
 PostgresStore = store_postgres.PostgresStore
 
@@ -46,25 +48,6 @@ def test_an_unreachable_database_is_a_start_error(pg_server):
         open_store(url)
 
 
-def test_a_response_whose_server_died_fails_when_its_lease_runs_out(pg_url):
-    dying = PostgresStore(pg_url, lease=0.6)
-    alive = PostgresStore(pg_url, lease=0.6)
-    dying.create(running("orphan"))
-    alive.create(running("kept"))
-    time.sleep(1.0)  # both renewed by their threads meanwhile
-    assert alive.status("orphan") == "in_progress"
-    dying._closed.set()  # stops renewing, as a killed process would
-    deadline = time.monotonic() + 5
-    while alive.status("orphan") == "in_progress" and time.monotonic() < deadline:
-        time.sleep(0.1)
-    orphan = alive.get("orphan").response
-    assert orphan["status"] == "failed" and orphan["error"] == ORPHAN_ERROR
-    assert alive.status("kept") == "in_progress", "a live server's response keeps its lease"
-    assert alive.finish({"id": "kept", "status": "completed"})["status"] == "completed"
-    dying.close()
-    alive.close()
-
-
 def test_the_store_outlives_a_database_restart(pg_server, pg_url):
     store = open_store(pg_url)
     store.create(StoredResponse({"id": "before", "status": "completed"}))
@@ -90,3 +73,54 @@ def test_the_store_outlives_a_database_restart(pg_server, pg_url):
     assert fresh.get("after") is not None
     fresh.close()
     store.close()
+
+
+def _store_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("responses-")]
+
+
+def _connections(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        query = (
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = 'm serve'"
+        )
+        return conn.execute(query).fetchone()[0]
+
+
+def _connections_left(url: str) -> int:
+    """The store's connections still open once the backends of closed ones have exited."""
+    deadline = time.monotonic() + 5
+    while (count := _connections(url)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return count
+
+
+def test_closing_ends_the_threads_and_connections(pg_server, pg_url):
+    before = set(_store_threads())  # any other test's store still open
+    store = PostgresStore(pg_url, lease=0.6)
+    store.create(running("open"))
+    assert _connections(pg_url) >= 1
+    pg_server.stop()
+    try:
+        with pytest.raises(StoreUnavailable):
+            store.get("open")  # starts the probe, which waits for the database
+        started = set(_store_threads()) - before
+        assert {t.name for t in started} >= {"responses-leases", "responses-probe"}
+        store.close()
+        assert not any(t.is_alive() for t in started), "no store thread outlives close()"
+        assert store._pool.closed
+    finally:
+        pg_server.start()
+
+
+async def test_the_server_closes_its_store_when_it_stops(pg_url):
+    before = set(_store_threads())
+    app = app_for(PROGRAMS / "echo.py", responses_db=pg_url)
+    async with app.router.lifespan_context(app), client_for(app) as client:
+        reply = await openai_client(client).responses.create(model="m", input="kept")
+        assert _connections(pg_url) >= 1
+    assert reply.output_text == "kept"
+    assert app.state.responses_store._pool.closed
+    assert set(_store_threads()) <= before
+    assert _connections_left(pg_url) == 0

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 
 import httpx
 import openai
 import pytest
 
 from cli.serve import responses_routes
-from mellea.serve.responses import new_response
+from mellea.serve.responses import StoredResponse, StoreUnavailable, new_response
+from mellea.serve.responses.store import ResponseStore
 from tests.inprocess import app_for, client_for, openai_client, sse_named
 from tests.server import PROGRAMS
 
@@ -306,6 +308,36 @@ async def test_cancel_stops_a_streaming_response(echo, monkeypatch):
     assert stored["status"] == "cancelled" and stored["output"][0]["status"] == "incomplete"
     assert len(stored["output"][0]["content"][0]["text"]) < len(long_input)
     assert_error(await echo.post(f"{RESPONSES}/{response_id}/cancel", json={}), 400)
+
+
+async def test_the_store_is_closed_when_the_server_stops(tmp_path):
+    app = app_for(PROGRAMS / "echo.py", responses_db=str(tmp_path / "responses.db"))
+    async with app.router.lifespan_context(app), client_for(app) as client:
+        reply = await openai_client(client).responses.create(model="m", input="kept")
+    assert reply.output_text == "kept"
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        app.state.responses_store.get(reply.id)
+
+
+class _DatabaseGoneWhileWaiting(ResponseStore):
+    """A store whose database stops answering once a replay starts waiting."""
+
+    def status(self, response_id: str, owner: str | None = None) -> str | None:
+        raise StoreUnavailable
+
+
+async def test_a_store_failure_during_a_replay_is_its_error_event():
+    app = app_for(PROGRAMS / "echo.py")
+    app.state.responses_store = store = _DatabaseGoneWhileWaiting()
+    store.create(StoredResponse({"id": "resp_running", "status": "in_progress"}))
+    async with client_for(app) as client:
+        replay = await client.get(f"{RESPONSES}/resp_running", params={"stream": "true"})
+    assert replay.status_code == 200, replay.text
+    events = [data for _, data in sse_named(replay.text)]
+    assert [event["type"] for event in events] == ["error"]
+    assert events[0]["code"] == "store_unavailable"
+    assert events[0]["message"].startswith("response 'resp_running' cannot be replayed now")
+    assert "Traceback" not in replay.text
 
 
 # -- failures and timeouts ------------------------------------------------------------------

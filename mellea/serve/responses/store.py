@@ -12,6 +12,7 @@ as new ones arrive. The history a record keeps is only what a continuing program
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -27,7 +28,8 @@ CREATE TABLE IF NOT EXISTS responses (
     record TEXT NOT NULL,
     created REAL NOT NULL DEFAULT 0,
     size INTEGER NOT NULL DEFAULT 0,
-    owner TEXT NOT NULL DEFAULT ''
+    owner TEXT NOT NULL DEFAULT '',
+    lease_until REAL
 )
 """
 # Files written before a column existed get it, filled from the records.
@@ -41,6 +43,12 @@ _ADD_COLUMNS = {
         "UPDATE responses SET size = length(CAST(record AS BLOB))",
     ),
     "owner": ("ALTER TABLE responses ADD COLUMN owner TEXT NOT NULL DEFAULT ''",),
+    # Left in progress by a server without leases: its processes are gone (they would
+    # have this column), so the first lease round marks them failed.
+    "lease_until": (
+        "ALTER TABLE responses ADD COLUMN lease_until REAL",
+        "UPDATE responses SET lease_until = 0 WHERE status = 'in_progress'",
+    ),
 }
 _INDEX = "CREATE INDEX IF NOT EXISTS responses_created ON responses (created)"
 # A response is visible while young enough, or while still running, and to its owner
@@ -50,6 +58,15 @@ _IDS_PER_QUERY = 200  # item ids looked up in one query (SQLite bounds its param
 DEFAULT_MAX_COUNT = 10_000
 DEFAULT_MAX_AGE = 30 * 24 * 3600.0  # seconds
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+LEASE_SECONDS = 10.0
+# The error of a response in progress whose process died (its lease ran out).
+ORPHAN_ERROR = {
+    "code": "server_error",
+    "message": "the server generating this response stopped before it finished",
+    "type": "server_error",
+    "param": None,
+}
+log = logging.getLogger("mellea.serve")
 # What of a response's items a continuing program never reads (see ``chat_messages``).
 _UNREAD_ITEM_KEYS = ("id", "status")
 _UNREAD_PART_KEYS = ("logprobs", "annotations")
@@ -89,6 +106,10 @@ class ResponseStore:
     ``path`` is a database file (several processes may share it) or ``None`` for an
     in-memory database. Each response has an owner (a tenant id, ``""`` for none); the
     methods taking ``owner`` act only on that owner's responses (``None``: on any).
+
+    In a file, a response in progress holds a lease its process renews every third of
+    ``lease`` seconds; once a lease runs out (its process was killed), any process of
+    the file marks the response ``failed``. In memory, responses die with the process.
     """
 
     executor = None  # short local transactions: called right on the event loop
@@ -99,6 +120,8 @@ class ResponseStore:
         max_count: int | None = DEFAULT_MAX_COUNT,
         max_age: float | None = DEFAULT_MAX_AGE,
         max_bytes: int | None = DEFAULT_MAX_BYTES,
+        *,
+        lease: float = LEASE_SECONDS,
     ) -> None:
         """Open (and create if needed) the database; ``None`` lifts a bound.
 
@@ -108,7 +131,11 @@ class ResponseStore:
         self.max_count = max_count
         self.max_age = max_age
         self.max_bytes = max_bytes
+        self.lease = lease
         self._lock = threading.Lock()
+        self._running: set[str] = set()  # responses in progress in this process
+        self._closed = threading.Event()
+        self._leases: threading.Thread | None = None
         self._db = sqlite3.connect(
             path or ":memory:", check_same_thread=False, timeout=10.0, isolation_level=None
         )
@@ -123,12 +150,19 @@ class ResponseStore:
                     for statement in statements:
                         self._db.execute(statement)
             self._db.execute(_INDEX)
+        if self.shared:
+            self._leases = threading.Thread(target=self._keep_leases, name="responses-leases")
+            self._leases.daemon = True
+            self._leases.start()
 
     def check(self) -> None:
         """Nothing to check: SQLite is a file (or memory) of this machine, never away."""
 
     def close(self) -> None:
-        """Close the database connection."""
+        """Stop renewing leases and close the database connection."""
+        self._closed.set()
+        if self._leases is not None:
+            self._leases.join()
         with self._lock:
             self._db.close()
 
@@ -136,13 +170,17 @@ class ResponseStore:
         """Store a new response of ``owner``, evicting what is past the bounds."""
         created = float(record.response.get("created_at") or time.time())
         text = _dump(record)
+        running = record.status == "in_progress"
+        lease_until = time.time() + self.lease if running else None
         with self._lock, _transaction(self._db):
             self._db.execute(
-                "INSERT INTO responses (id, status, record, created, size, owner) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (record.id, record.status, text, created, _size(text), owner),
+                "INSERT INTO responses (id, status, record, created, size, owner, lease_until) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (record.id, record.status, text, created, _size(text), owner, lease_until),
             )
             self._evict()
+            if running:
+                self._running.add(record.id)
 
     def _evict(self) -> None:
         """Drop expired responses and, beyond ``max_count`` or ``max_bytes``, the oldest
@@ -226,6 +264,7 @@ class ResponseStore:
         A cancel that got in first wins: the output is kept, the status stays ``cancelled``.
         """
         with self._lock, _transaction(self._db):
+            self._running.discard(response["id"])
             record = self._read(response["id"])
             if record is None:
                 return None
@@ -254,6 +293,40 @@ class ResponseStore:
                 record.response = {**record.response, "status": "cancelled"}
                 self._write(record)
         return before, record.response
+
+    def renew_and_reap(self) -> list[str]:
+        """Renew the leases of this process's responses in progress, and mark ``failed``
+        those whose lease ran out (their process died); returns the ids marked."""
+        now = time.time()
+        with self._lock, _transaction(self._db):
+            mine = list(self._running)
+            for start in range(0, len(mine), _IDS_PER_QUERY):
+                batch = mine[start : start + _IDS_PER_QUERY]
+                self._db.execute(
+                    "UPDATE responses SET lease_until = ? WHERE status = 'in_progress' "
+                    f"AND id IN ({', '.join('?' * len(batch))})",
+                    (now + self.lease, *batch),
+                )
+            rows = self._db.execute(
+                "SELECT record FROM responses WHERE status = 'in_progress' AND lease_until < ?",
+                (now,),
+            ).fetchall()
+            reaped = []
+            for (text,) in rows:
+                record = _load(text)
+                record.response = {**record.response, "status": "failed", "error": ORPHAN_ERROR}
+                self._write(record)
+                reaped.append(record.id)
+        if reaped:
+            log.warning("marked %d orphaned response(s) failed: %s", len(reaped), reaped)
+        return reaped
+
+    def _keep_leases(self) -> None:
+        while not self._closed.wait(self.lease / 3):
+            try:
+                self.renew_and_reap()
+            except Exception:  # never let the thread die: the next round tries again
+                log.exception("renewing the leases of responses in progress failed")
 
     def _live(self, owner: str | None) -> tuple[float, str | None, str | None]:
         return self._oldest(), owner, owner

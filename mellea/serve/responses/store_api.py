@@ -111,12 +111,13 @@ def open_store(
 ) -> Store:
     """The store at ``location``: a ``postgresql://`` URL, a SQLite file, or ``None`` (memory).
 
-    ``lease`` (PostgreSQL only) is how many seconds a response stays ``in_progress``
-    without the server running it renewing it; then any replica marks it ``failed``.
-    Raises :class:`StoreError` when the database cannot be opened.
+    ``lease`` (a file or a database) is how many seconds a response stays ``in_progress``
+    without the server running it renewing it; then any process or replica sharing the
+    store marks it ``failed``. Raises :class:`StoreError` when the database cannot be opened.
     """
+    options = {} if lease is None else {"lease": lease}
     if not is_database_url(location):
-        return ResponseStore(location, max_count, max_age, max_bytes)
+        return ResponseStore(location, max_count, max_age, max_bytes, **options)
     assert location is not None
     try:
         from mellea.serve.responses.store_postgres import PostgresStore
@@ -125,5 +126,4 @@ def open_store(
             f"a PostgreSQL store needs psycopg 3 and its pool ({exc.name} is missing): "
             "pip install 'mellea[postgres]'"
         ) from None
-    options = {} if lease is None else {"lease": lease}
     return PostgresStore(location, max_count, max_age, max_bytes, **options)

@@ -33,6 +33,8 @@ from mellea.serve.responses.store import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_COUNT,
+    LEASE_SECONDS,
+    ORPHAN_ERROR,
     StoredResponse,
 )
 from mellea.serve.responses.store_api import StoreError, StoreUnavailable
@@ -64,15 +66,8 @@ _MIGRATE_LOCK = 0x6D6C_0001
 _EVICT_LOCK = 0x6D6C_0002
 # Visible while young enough or still running, and to its owner (None: to anyone).
 _LIVE = "(created >= %(oldest)s OR status = 'in_progress') AND (%(owner)s::text IS NULL OR owner = %(owner)s)"
-LEASE_SECONDS = 10.0
 PROBE_SECONDS = 0.5  # how often a store whose database is down tries it again
 POOL_WAIT_SECONDS = 2.0  # how long a call waits for a working connection of the pool
-ORPHAN_ERROR = {
-    "code": "server_error",
-    "message": "the server generating this response stopped before it finished",
-    "type": "server_error",
-    "param": None,
-}
 # What means the database (or the way to it) is gone, rather than a mistake in a query.
 _DOWN = (psycopg.OperationalError, psycopg.InterfaceError)
 
@@ -152,9 +147,13 @@ class PostgresStore:
             raise StoreUnavailable
 
     def close(self) -> None:
-        """Stop renewing leases and close the connections."""
+        """Stop renewing leases and probing, wait for those threads and the calls under
+        way, and close the connections (calling it again does nothing more)."""
         self._closed.set()
         self.executor.shutdown(wait=True)
+        self._leases.join()
+        if self._probe is not None:  # read after the join: the lease thread may start one
+            self._probe.join()
         self._pool.close()
 
     def create(self, record: StoredResponse, owner: str = "") -> None:
