@@ -13,10 +13,11 @@ count (all cores, half, one) and keeps the fastest per token until the next prob
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import torch
@@ -29,6 +30,22 @@ PROBE_STEPS = 4  # decode steps timed per candidate (after one to settle)
 PROBE_EVERY_S = 3.0  # seconds between probes, doubled while the choice holds ...
 PROBE_EVERY_MAX_S = 48.0  # ... up to this
 ABANDON = 2.0  # a candidate this many times slower per token than the current is dropped
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run the body with one torch thread on the calling thread, then restore the count.
+
+    For loading a model: its tensor ops are short and memory-bound, so a second thread
+    adds little, and on a busy machine every op's barrier waits for a thread that lost
+    its core (a 1.7B Q4_1 GGUF built in 6.4-6.7 s with one thread against 23-26 s with
+    two, 2 cores at load ~2.5; benchmarks/README.md)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _candidates(most: int, current: int) -> list[int]:

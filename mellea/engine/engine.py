@@ -188,11 +188,18 @@ class Engine:
         )
         self._thread.start()
         _live_engines.add(self)
+        # Read while the engine thread builds the model: most of it is file reading and
+        # Rust (tokenizers), so it overlaps the build rather than following it.
+        try:
+            self._tokenizer = AutoTokenizer.from_pretrained(path)
+        except BaseException:
+            self._built.wait()
+            self.shutdown()  # the engine thread would otherwise step a core nobody uses
+            raise
         self._built.wait()
         if self._build_error is not None:
             self._thread.join()
             raise self._build_error
-        self._tokenizer = AutoTokenizer.from_pretrained(path)
         self.eos_token_ids = eos_token_ids(path, self._tokenizer)
         self.core.eos_token_ids = self.eos_token_ids
         self._constraints = ConstraintCompiler(self._tokenizer, self.model_config.vocab_size)

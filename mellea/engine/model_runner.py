@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import warnings
@@ -76,20 +77,22 @@ class ModelRunner:
         self.block_size = cfg.block_size
         # On CPU, how many threads a step takes, by what is fast here now (cpu_threads);
         # EngineCore.execute runs each step through it.
-        from mellea.engine.cpu_threads import ThreadTuner
+        from mellea.engine.cpu_threads import ThreadTuner, single_threaded
 
         self.threads = ThreadTuner() if cfg.device.type == "cpu" else None
-        self.model = build_model(
-            model_cfg,
-            cfg.model_path,
-            cfg.max_model_len,
-            cfg.dtype,
-            cfg.device,
-            cfg.compute_path,
-            cfg.weights,
-        )
-        if cfg.device.type == "cpu":  # bf16 or int8 weights under the fp32 forward pass
-            convert_weights(self.model, cfg.weights)
+        loading = single_threaded() if cfg.device.type == "cpu" else contextlib.nullcontext()
+        with loading:  # the tuner sets the serving count before the first step
+            self.model = build_model(
+                model_cfg,
+                cfg.model_path,
+                cfg.max_model_len,
+                cfg.dtype,
+                cfg.device,
+                cfg.compute_path,
+                cfg.weights,
+            )
+            if cfg.device.type == "cpu":  # bf16 or int8 weights under the fp32 forward pass
+                convert_weights(self.model, cfg.weights)
             # The load's freed temporaries, which the tuned heap keeps (0.25 GB after a
             # 1.7B model); trimming while loading instead cost twice the CPU time in
             # page faults and lowered the peak by nothing measurable.

@@ -338,8 +338,9 @@ def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     low = groups.amin(-1).half()
     scale = ((groups.amax(-1) - low.float()) / 15).half()
     safe = torch.where(scale > 0, scale.float(), torch.ones_like(scale, dtype=torch.float32))
-    q = torch.round((groups - low.float()[..., None]) / safe[..., None])
-    q = q.clamp(0, 15).to(torch.uint8)
+    q = groups - low.float()[..., None]
+    q.div_(safe[..., None]).round_().clamp_(0, 15)  # in place: no more temporaries
+    q = q.to(torch.uint8)
     packed = q[..., : GROUP // 2] | (q[..., GROUP // 2 :] << 4)
     return packed.reshape(n, k // 2).contiguous(), scale.contiguous(), low.contiguous()
 
@@ -475,20 +476,33 @@ def tile_groups(
     groups = half * 2 // GROUP
     tiles = -(-n // TILE)
     rows = tiles * TILE
-    words = packed.contiguous().view(torch.int32).view(n, groups, 2, 2)  # [row, g, s%2, lo/hi]
+
+    def padded(values: torch.Tensor) -> torch.Tensor:
+        return values if rows == n else F.pad(values, (0, 0, 0, rows - n))
+
+    words = padded(packed.contiguous()).view(torch.int32).view(tiles, TILE, groups, 2, 2)
     first, second = words[..., 0], words[..., 1]  # elements 8 s' + b and 8 s' + 4 + b
     low = 0x0F0F0F0F
     high = 0xF0F0F0F0 - (1 << 32)  # as int32
-    parts = torch.zeros(rows, groups, 2, 2, dtype=torch.int32)  # [row, g, upper half, s%2]
-    parts[:n, :, 0] = (first & low) | ((second & low) << 4)  # parts s = 0, 1
-    parts[:n, :, 1] = ((first >> 4) & low) | (second & high)  # parts s = 2, 3
-    tiled = parts.view(tiles, TILE, groups, 4).permute(0, 2, 3, 1).contiguous()
+    # The results go straight to their tiled places (no untiled copy to permute), and
+    # the two scratch tensors are reused: each fresh one is page faults on a whole
+    # layer's weights, which made this most of a 1.7B model's load time.
+    tiled = torch.empty(tiles, groups, 2, 2, TILE, dtype=torch.int32)
+    places = tiled.permute(0, 4, 1, 2, 3)  # [tile, row, g, upper half, s%2]
+    word = torch.bitwise_left_shift(second, 4)
+    word &= high
+    scratch = torch.bitwise_and(first, low)
+    word |= scratch
+    places[..., 0, :] = word  # parts s = 0, 1
+    torch.bitwise_right_shift(first, 4, out=word)
+    word &= low
+    torch.bitwise_and(second, high, out=scratch)
+    word |= scratch
+    places[..., 1, :] = word  # parts s = 2, 3
     qweight = tiled.view(torch.uint8).view(tiles, groups, 4, 64)
 
     def per_tile(values: torch.Tensor) -> torch.Tensor:
-        padded = values.new_zeros(rows, groups)
-        padded[:n] = values
-        return padded.view(tiles, TILE, groups).transpose(1, 2).contiguous()
+        return padded(values).view(tiles, TILE, groups).transpose(1, 2).contiguous()
 
     return qweight, per_tile(scales), per_tile(mins)
 

@@ -276,7 +276,11 @@ def _assemble(job: _Pending, kind: str, rows: torch.Tensor | None) -> torch.Tens
 
 def _int4_groups(groups: list[Any], rows: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
     """Pieces' int4 groups stacked along the rows (``rows`` reordered) as torch tensors."""
-    stacked = [np.concatenate(parts) for parts in zip(*groups, strict=True)]
+    # One piece is used as it is: concatenate would copy it.
+    stacked = [
+        parts[0] if len(parts) == 1 else np.concatenate(parts)
+        for parts in zip(*groups, strict=True)
+    ]
     tensors = tuple(torch.from_numpy(np.ascontiguousarray(part)) for part in stacked)
     if rows is not None:
         for t in tensors:

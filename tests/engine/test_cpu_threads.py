@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from mellea.engine import cpu_threads
 from mellea.engine.cpu_threads import PROBE_EVERY_S, PROBE_STEPS, ThreadTuner
@@ -87,3 +88,19 @@ def test_an_env_setting_pins_the_count(threads_set, monkeypatch):
     tuner = ThreadTuner(most=2, clock=clock)
     run(tuner, clock, threads_set, {1: 0.05, 2: 0.01}, 30)
     assert set(threads_set) == {1}
+
+
+def test_single_threaded_loads_with_one_thread_and_restores_the_count():
+    from mellea.engine.cpu_threads import single_threaded
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with single_threaded():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError), single_threaded():
+            raise RuntimeError("a failed load")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
