@@ -7,6 +7,7 @@ Skipped until the engine has LoRA support (``mellea.engine.lora``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -14,27 +15,31 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("mellea.engine.lora", reason="the engine has no LoRA support yet")
-peft = pytest.importorskip("peft")
+# Only looked for here: importing peft imports Triton, which must not happen before
+# tests/kernels' conftest turns Triton's interpreter on (it is loaded after this module).
+if importlib.util.find_spec("peft") is None:
+    pytest.skip("needs peft", allow_module_level=True)
 
-from mellea.backends.adapters import IntrinsicAdapter  # noqa: E402
-from mellea.backends.adapters import backend as adapter_backend  # noqa: E402
-from mellea.backends.adapters.locate import adapter_subpath  # noqa: E402
-from mellea.backends.local import LocalBackend  # noqa: E402
-from mellea.core._sync import run_sync  # noqa: E402
-from mellea.core.model_options import ModelOption  # noqa: E402
-from mellea.stdlib.components import Message  # noqa: E402
-from mellea.stdlib.components.intrinsic import core  # noqa: E402
-from mellea.stdlib.components.intrinsic.run import request_for  # noqa: E402
-from mellea.stdlib.context import ChatContext  # noqa: E402
-from mellea.stdlib.requirements import ALoraRequirement, req  # noqa: E402
-from mellea.stdlib.session import MelleaSession  # noqa: E402
-from tests.adapter_support import CORE_REPO, REQUIREMENT_CHECK_IO  # noqa: E402
+from mellea.backends.adapters import IntrinsicAdapter
+from mellea.backends.adapters import backend as adapter_backend
+from mellea.backends.adapters.locate import adapter_subpath
+from mellea.backends.local import LocalBackend
+from mellea.core._sync import run_sync
+from mellea.core.model_options import ModelOption
+from mellea.stdlib.components import Message
+from mellea.stdlib.components.intrinsic import core
+from mellea.stdlib.components.intrinsic.run import request_for
+from mellea.stdlib.context import ChatContext
+from mellea.stdlib.requirements import ALoraRequirement, req
+from mellea.stdlib.session import MelleaSession
+from tests.adapter_support import CORE_REPO, REQUIREMENT_CHECK_IO
 
 GENERATION_PROMPT = "<|im_start|>assistant\n"  # SmolLM2's template (the tiny model's)
 
 
 def make_random_alora(model_dir: Path, out: Path) -> Path:
     """A random aLoRA on the tiny model, invoked by the assistant turn's header."""
+    import peft
     import torch
     import yaml
     from transformers import AutoModelForCausalLM, AutoTokenizer
