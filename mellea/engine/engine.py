@@ -192,8 +192,11 @@ class Engine:
         # Rust (tokenizers), so it overlaps the build rather than following it.
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(path)
-        except BaseException:
+        except BaseException as exc:
             self._built.wait()
+            if self._build_error is not None:  # the model's error says more (e.g. its type)
+                self._thread.join()
+                raise self._build_error from exc
             self.shutdown()  # the engine thread would otherwise step a core nobody uses
             raise
         self._built.wait()
