@@ -1332,12 +1332,14 @@ void rope_store_kv(const at::Tensor& qkv, const at::Tensor& rope, const at::Tens
   });
 }
 
-// A whole decoder layer of the Llama shape for a decode-only step, with int4 weights
-// on VNNI: RMSNorm (with the residual add), fused QKV, RoPE and the cache write,
+// A whole decoder layer of the Llama shape for a decode-only step, with int4 or int8
+// weights on VNNI: RMSNorm (with the residual add), fused QKV, RoPE and the cache write,
 // paged decode attention, the output projection, RMSNorm, gate|up, SiLU-and-mul, down.
 // The same ops as the layer's Python path, called from C++: a decode step of a small
-// model spends about as long in Python between ops as in some of the ops. weights:
-// (qweight, scales, mins) of qkv, o, gate_up and down; out_features: their sizes.
+// model spends about as long in Python between ops as in some of the ops. weights: per
+// projection (qkv, o, gate_up, down), int4 (qweight uint8, scales, mins) or int8
+// (qweight int8, wsum, scale), told apart by qweight's dtype (a Q4_K_M GGUF mixes them:
+// its Q6_K tensors are int8); out_features: their sizes.
 // residual becomes x + residual; returns the MLP's output (before its residual add).
 at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
                         const at::Tensor& attn_norm, const at::Tensor& mlp_norm,
@@ -1347,9 +1349,13 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
                         const at::Tensor& block_tables, const at::Tensor& context_lens,
                         int64_t heads, int64_t kv_heads, double eps, double scale,
                         int64_t window) {
-  TORCH_CHECK(weights.size() == 12 && out_features.size() == 4, "four int4 layers");
+  TORCH_CHECK(weights.size() == 12 && out_features.size() == 4, "four int4 or int8 layers");
   auto linear = [&](const at::Tensor& in, int64_t i) {
-    return int4_vnni_linear(in, weights[3 * i], weights[3 * i + 1], weights[3 * i + 2],
+    const at::Tensor& qweight = weights[3 * i];
+    if (qweight.scalar_type() == at::kChar)
+      return int8_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2],
+                              out_features[i]);
+    return int4_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2],
                             out_features[i]);
   };
   const int64_t T = x.size(0), dim = out_features[0] / (heads + 2 * kv_heads);

@@ -34,8 +34,19 @@ from mellea.engine.weights import load_weights
 
 if TYPE_CHECKING:
     from mellea.engine.lora import AdapterSet
+    from mellea.engine.quant import Int4Linear, Int8Linear
 
 __all__ = ["AttentionMetadata", "ComputePath", "DecoderModel", "build_model"]
+
+
+def _fused_operands(
+    linear: Int4Linear | Int8Linear,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What :func:`cpu_kernels.decode_layer` takes for one tiled projection: int4
+    (qweight, scales, mins) or int8 (qweight, wsum, scale)."""
+    if linear.qweight.dtype == torch.int8:
+        return linear.qweight, linear.wsum, linear.tiled_scale
+    return linear.qweight, linear.scales, linear.mins
 
 
 def _norm(
@@ -492,9 +503,9 @@ class DecoderModel(nn.Module):
         """Switch a :attr:`~ComputePath.CPP` model to :attr:`~ComputePath.CPP_FUSED` when
         every layer has the shape :func:`cpu_kernels.decode_layer` runs (a Llama-like
         layer: norms before attention and MLP only, no q/k norms, biases or multipliers,
-        SiLU, int4 weights on VNNI); returns the path. Call it once the weights have
-        their final format."""
-        from mellea.engine.quant import Int4Linear
+        SiLU, int4 or int8 weights in the VNNI layout); returns the path. Call it once
+        the weights have their final format."""
+        from mellea.engine.quant import Int4Linear, Int8Linear
 
         if self.path is ComputePath.CPP and self._fused is None:
             plans = []
@@ -510,11 +521,11 @@ class DecoderModel(nn.Module):
                     and layer.residual_multiplier == 1.0
                     and attn.qk_norm is None
                     and mlp.silu
-                    and all(isinstance(m, Int4Linear) and m.tiled for m in linears)
+                    and all(isinstance(m, Int4Linear | Int8Linear) and m.tiled for m in linears)
                     and all(m.bias is None for m in linears)
                 ):
                     return self.path
-                weights = [t for m in linears for t in (m.qweight, m.scales, m.mins)]
+                weights = [t for m in linears for t in _fused_operands(m)]
                 plans.append(
                     (
                         getattr(layer, attn_in),

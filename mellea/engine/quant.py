@@ -19,6 +19,7 @@ On CUDA a format is the whole model's dtype, as before.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mellea.engine import cpu_kernels
+from mellea.engine.cpu_build import cpu_flags
 
 log = logging.getLogger(__name__)
 
@@ -221,12 +223,34 @@ class Bf16Linear(nn.Module):
 INT8_KERNEL_MAX_ROWS = 16
 # int8 in the tiled layout (on VNNI's integer dot product), 3072x576 on 2 threads: 32
 # rows 0.62 ms against 0.67 for widening to the bf16 GEMM, 128 rows 2.6 against 1.6.
+# That holds where the CPU multiplies bf16 natively (AVX512-BF16, AMX); elsewhere the
+# bf16 GEMM is emulated and the kernel wins at every length (see int8_vnni_max_rows).
 INT8_VNNI_MAX_ROWS = 32
 INT4_KERNEL_MAX_ROWS = 32
 # Without the C++ kernels: up to this many rows, int8pack_mm is faster than widening
 # the weights to bf16 for the bf16 GEMM (its cost grows with the rows, the widening's
 # does not): on an AVX512-BF16/AMX CPU, 1536x576: 8 rows 184 us vs 260, 16 rows 357 vs 280.
 INT8PACK_MAX_ROWS = 12
+
+
+def bf16_gemm_is_native() -> bool:
+    """Whether torch's bf16 GEMM runs on bf16 instructions here: the CPU has them
+    (AVX512-BF16 or AMX) and oneDNN is not held below AVX-512 (``ONEDNN_MAX_CPU_ISA``,
+    as the AVX2 path of the tests and benchmarks sets it)."""
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    if limit and not limit.startswith(("AVX512", "AMX", "ALL", "DEFAULT")):
+        return False
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+def int8_vnni_max_rows() -> int:
+    """The longest input the tiled int8 kernel takes before widening to the bf16 GEMM
+    wins: :data:`INT8_VNNI_MAX_ROWS` with native bf16, else any length. Without bf16
+    instructions the GEMM converts in software: a 6144x2048 int8 layer on the AVX2
+    path took 62 ms for 256 rows in the kernel against 164 ms through bf16 (45.9
+    against 15.9 ms at 64 rows; AVX-512 with AVX512-BF16: 27.8 against 29.3 at 256
+    rows, 138 against 100 at 1024)."""
+    return INT8_VNNI_MAX_ROWS if bf16_gemm_is_native() else 1 << 62
 
 
 def _decode_rows(x: torch.Tensor, most: int) -> bool:
@@ -241,7 +265,7 @@ class Int8Linear(nn.Module):
 
     With the C++ kernels (any family: the layout is the same on AVX-512, AVX2 and
     generic builds) and an input size that groups of 32 divide, up to
-    :data:`INT8_VNNI_MAX_ROWS` rows go to :func:`cpu_kernels.int8_vnni_linear` (weights
+    :func:`int8_vnni_max_rows` rows go to :func:`cpu_kernels.int8_vnni_linear` (weights
     in :func:`tile_rows`' layout; activations in two int8 parts per group of 32, about
     16 bits, for the integer dot product). Other input sizes take up to
     :data:`INT8_KERNEL_MAX_ROWS` rows to :func:`cpu_kernels.int8_linear` (fp32
@@ -269,7 +293,7 @@ class Int8Linear(nn.Module):
         self.out_features, self.in_features = q.shape
         self.kernel = cpu_kernels.available()
         self.tiled = self.kernel and self.in_features % GROUP == 0
-        self.max_kernel_rows = INT8_VNNI_MAX_ROWS if self.tiled else INT8_KERNEL_MAX_ROWS
+        self.max_kernel_rows = int8_vnni_max_rows() if self.tiled else INT8_KERNEL_MAX_ROWS
         if self.tiled:
             q, wsum, tiled_scale = tile_rows(q, scale)
             self.register_buffer("wsum", wsum)

@@ -58,8 +58,6 @@ def tiled(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
 
 @pytest.mark.parametrize("rows", [1, 32, 33])  # the kernel, then the bf16 GEMM
 def test_int8_layouts_hold_the_same_weights(rows: int, tiled: bool):
-    from mellea.engine.quant import INT8_VNNI_MAX_ROWS
-
     torch.manual_seed(0)
     weight, bias = torch.randn(40, 64), torch.randn(40)
     layer = Int8Linear(weight, bias)
@@ -68,13 +66,33 @@ def test_int8_layouts_hold_the_same_weights(rows: int, tiled: bool):
     assert torch.equal(layer.rows(), q)
     x = torch.randn(rows, 64)
     want = x.double() @ layer.dequantized().double().T + bias.double()
-    if tiled and rows <= INT8_VNNI_MAX_ROWS:
+    if tiled and rows <= layer.max_kernel_rows:
         from tests.engine.test_cpu_kernels import activation_error_bound
 
         bound = activation_error_bound(x, layer.dequantized()) + 1e-5
         assert ((layer(x).double() - want).abs() <= bound).all()
     else:  # fp32 activations, or bf16 ones for the GEMM
         assert (layer(x).double() - want).abs().max() <= 0.01 * want.abs().max()
+
+
+@pytest.mark.parametrize(
+    ("flags", "onednn", "native"),
+    [
+        ({"avx2", "avx512_bf16"}, "", True),
+        ({"avx2", "amx_bf16"}, "AVX512_CORE_AMX", True),
+        ({"avx2", "avx512_bf16"}, "AVX2", False),  # the AVX2 path on an AVX-512 CPU
+        ({"avx2", "fma"}, "", False),
+    ],
+)
+def test_int8_kernel_takes_prompt_chunks_where_bf16_is_emulated(monkeypatch, flags, onednn, native):
+    """Widening int8 to the bf16 GEMM only pays where the CPU multiplies bf16 itself."""
+    from mellea.engine import quant
+
+    monkeypatch.setattr(quant, "cpu_flags", lambda: flags)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", onednn)
+    assert quant.bf16_gemm_is_native() is native
+    most = quant.int8_vnni_max_rows()
+    assert (most == quant.INT8_VNNI_MAX_ROWS) is native and most >= quant.INT8_VNNI_MAX_ROWS
 
 
 def test_quantize_rows_is_symmetric_per_output_channel():
@@ -402,11 +420,32 @@ def test_every_family_runs_in_each_format(fmt: str, tmp_path_factory, tiny_model
             other.shutdown()
 
 
+def _mix_in_int8(model) -> None:
+    """Make the first layer's qkv and down projections int8 (as a Q4_K_M GGUF's Q6_K
+    tensors are) and plan the fused layers again."""
+    from mellea.engine.compute_path import ComputePath
+    from mellea.engine.quant import Int8Linear
+
+    layer = model.layers[0]
+    torch.manual_seed(1)
+    for owner, name in ((layer.self_attn, "qkv_proj"), (layer.mlp, "down_proj")):
+        old = getattr(owner, name)
+        weight = torch.randn(old.out_features, old.in_features) * 0.05
+        setattr(owner, name, Int8Linear(weight, None))
+    model._fused = None
+    model.set_path(ComputePath.CPP)
+    assert model.plan_fused_decode() is ComputePath.CPP_FUSED
+    model.set_path(ComputePath.CPP_FUSED)
+
+
 @pytest.mark.parametrize("contexts", [[70], [40, 70, 9]])
-def test_fused_decode_layers_match_the_layer_path_bit_for_bit(make_engine, contexts, tiled):
-    """A decode-only int4 step with the kernels (any family) runs each Llama-shaped layer
-    as one C++ op (cpu_kernels.decode_layer); it must compute exactly what the layers'
-    own path does."""
+@pytest.mark.parametrize("weights", ["int4", "int8", "int4 and int8"])
+def test_fused_decode_layers_match_the_layer_path_bit_for_bit(
+    make_engine, contexts, weights, tiled
+):
+    """A decode-only int4 or int8 step with the kernels (any family) runs each
+    Llama-shaped layer as one C++ op (cpu_kernels.decode_layer), also when a layer mixes
+    the two; it must compute exactly what the layers' own path does."""
     from mellea.engine.compute_path import ComputePath
     from mellea.engine.scheduler import ScheduledBatch
     from mellea.engine.sequence import Sequence
@@ -414,9 +453,11 @@ def test_fused_decode_layers_match_the_layer_path_bit_for_bit(make_engine, conte
 
     if not tiled:
         pytest.skip("the fused layer is a C++ op")
-    runner = make_engine(dtype="int4").runner
+    runner = make_engine(dtype="int8" if weights == "int8" else "int4").runner
     model = runner.model
     assert model.path is ComputePath.CPP_FUSED  # the tiny Llama qualifies
+    if weights == "int4 and int8":
+        _mix_in_int8(model)
     torch.manual_seed(0)
     with torch.no_grad():
         runner.k_cache.normal_()
