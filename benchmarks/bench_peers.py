@@ -439,17 +439,40 @@ def machine_load() -> dict[str, Any]:
     return {"loadavg": [round(one, 2), round(five, 2), round(fifteen, 2)]}
 
 
+@contextlib.contextmanager
+def busy_neighbour(on: bool) -> Iterator[None]:
+    """With ``on``, one CPU-bound process (a spinning Python loop) runs beside the body,
+    as another job on a shared machine would."""
+    if not on:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 def measure_server(
-    server: str, base_url: str, levels: list[int], per_client: int, max_tokens: int, extra: dict
+    server: str,
+    base_url: str,
+    levels: list[int],
+    per_client: int,
+    max_tokens: int,
+    extra: dict,
+    neighbour: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every level against one running server, each after the machine goes quiet."""
+    """Every level against one running server, each after the machine goes quiet (and
+    with a busy process beside it while measured, with ``neighbour``)."""
     rows = []
     for concurrency in levels:
         busy = wait_for_quiet()
         load = {**machine_load(), "cpu_busy_before": round(busy, 3)}
-        result = asyncio.run(
-            measure_level(server, base_url, concurrency, per_client, max_tokens, extra)
-        )
+        with busy_neighbour(neighbour):
+            result = asyncio.run(
+                measure_level(server, base_url, concurrency, per_client, max_tokens, extra)
+            )
         result.load = {**load, "loadavg_after": machine_load()["loadavg"]}
         row = result.summary()
         print(
@@ -726,6 +749,11 @@ def parse_args() -> argparse.Namespace:
         help="serve this GGUF on llama-server and ours (m serve --model) instead of the "
         "bundled model (e.g. bench_large.py's 1.7B-shaped files); llama and ours only",
     )
+    parser.add_argument(
+        "--neighbour",
+        action="store_true",
+        help="run one CPU-bound process beside each server while it is measured",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
     return parser.parse_args()
 
@@ -742,7 +770,7 @@ def run_peers(args: argparse.Namespace, only: set[str], doc: dict[str, Any]) -> 
         doc["llama_isa"] = args.llama_isa
         print(f"llama-server ({doc['versions']['llama-server']}) on {gguf.name}")
         with llama_server(binary, gguf) as (url, _):
-            doc["rows"] += measure_server("llama", url, *sizes, {})
+            doc["rows"] += measure_server("llama", url, *sizes, {}, args.neighbour)
     m_upstream = upstream_venv(build) if only & {"upstream", "overhead"} else None
     if m_upstream is not None and "upstream" in only:
         doc["versions"]["upstream"] = f"mellea {UPSTREAM_MELLEA}, torch {UPSTREAM_TORCH}"
@@ -759,7 +787,7 @@ def run_peers(args: argparse.Namespace, only: set[str], doc: dict[str, Any]) -> 
             print(f"ours, --dtype {dtype}, CPU kernels {doc['cpu_kernels']}")
             model = ["--model", str(gguf)] if args.gguf else []
             with our_server(EXAMPLES / "hello.py", "--dtype", dtype, *model) as (url, _):
-                doc["rows"] += measure_server(f"ours-{dtype}", url, *sizes, {})
+                doc["rows"] += measure_server(f"ours-{dtype}", url, *sizes, {}, args.neighbour)
     if "overhead" in only:
         print(f"serving overhead: {args.overhead_clients} clients x {args.overhead_requests}")
         doc["overhead"] = measure_overhead(
@@ -783,6 +811,7 @@ def main() -> None:
         "model_dir": "" if args.gguf else str(converted_model_dir()),
         "max_tokens": args.max_tokens,
         "per_client": args.per_client,
+        "neighbour": args.neighbour,
         "versions": {},
         "rows": [],
         "overhead": [],
