@@ -42,10 +42,14 @@ class AdapterSchemaMismatchError(ValueError):
         self.name = name
         self.observed_keys = observed_keys
         self.expected_keys = expected_keys
-        missing = sorted(expected_keys - observed_keys)
-        super().__init__(
-            f"adapter '{name}' output does not match its contract: expected "
-            f"{sorted(expected_keys)}, got {sorted(observed_keys)} (missing {missing})"
+        # the fields themselves as args, so the error survives pickle and copy
+        super().__init__(name, observed_keys, expected_keys)
+
+    def __str__(self) -> str:
+        missing = sorted(self.expected_keys - self.observed_keys)
+        return (
+            f"adapter '{self.name}' output does not match its contract: expected "
+            f"{sorted(self.expected_keys)}, got {sorted(self.observed_keys)} (missing {missing})"
         )
 
 
