@@ -155,6 +155,10 @@ def hook_calls():
         unregister(handler)
 
 
+class VerbBackend(adapter_backend.AdapterMixin, FakeAdapterBackend):
+    """The fake backend with upstream's adapter verbs (as our backends have them)."""
+
+
 def phases(calls: list[tuple[str, Any]]) -> list[str]:
     return [p.phase for kind, p in calls if kind == "adapter_function_phase_complete"]
 
@@ -201,11 +205,13 @@ def test_the_adapter_classes_are_composed_adapters(adapters_dir):
 
 
 def test_a_local_file_binding_runs_its_lifecycle_on_a_backend(adapters_dir, hook_calls):
-    backend = FakeAdapterBackend()
+    backend = VerbBackend()
+    pinned = adapter_backend.fetch_intrinsic_metadata("requirement-check").revision
     binding = LocalFileBinding.from_catalog("requirement-check")
     assert binding.qualified_name == "requirement-check_lora"  # the catalog's first kind
+    assert binding.revision == pinned
     binding = LocalFileBinding("requirement-check", adapter_backend.AdapterType.ALORA, CORE_REPO)
-    assert binding.resolved_revision() == binding.revision or binding.revision is None
+    assert binding.revision is None and binding.resolved_revision() == pinned
     with pytest.raises(RuntimeError, match="bind_backend"):
         binding.prepare()
     binding.bind_backend(backend)
@@ -230,13 +236,13 @@ def test_a_local_file_binding_runs_its_lifecycle_on_a_backend(adapters_dir, hook
 def test_a_missing_binding_names_what_to_download(tmp_path, monkeypatch):
     monkeypatch.setenv("MELLEA_ADAPTERS_DIR", str(tmp_path))
     binding = LocalFileBinding.from_catalog("uncertainty")
-    binding.bind_backend(FakeAdapterBackend())
+    binding.bind_backend(VerbBackend())
     with pytest.raises(AdapterNotFoundError, match="granitelib-core"):
         binding.prepare()
 
 
 def test_adapter_scope_activates_around_the_body_and_fires_the_hooks(adapters_dir, hook_calls):
-    backend = FakeAdapterBackend()
+    backend = VerbBackend()
     backend.model_options[ModelOption.ADAPTER] = "before"
     binding = LocalFileBinding("answerability", adapter_backend.AdapterType.ALORA, RAG_REPO)
     adapter = Adapter(
@@ -434,3 +440,47 @@ def test_adapter_files_are_found_locally_or_named_for_download(adapters_dir, tmp
         cache_dir=str(adapters_dir / CORE_REPO),
     )
     assert elsewhere == found
+
+
+@pytest.fixture
+def server():
+    """The recording OpenAI-compatible server of test_openai_adapters, on a loopback port."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from tests.unit import test_openai_adapters as wire
+
+    state = wire._Server()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), wire._handler(state))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_an_active_adapter_is_the_model_an_openai_backend_sends(adapters_dir, server):
+    """Over the wire (a loopback server, the ``openai`` client): inside
+    ``adapter_scope`` a plain generation names the adapter as the request's model."""
+    from mellea.backends.openai import OpenAIBackend
+
+    state, url = server
+    backend = OpenAIBackend("ibm-granite/granite-4.1-3b", base_url=url)
+    adapter = IntrinsicAdapter("requirement-check", base_model_name=backend.base_model_name)
+    backend.add_adapter(adapter)
+
+    async def ask() -> str:
+        thunk = await backend.generate([{"role": "user", "content": "Hi"}])
+        return await thunk.avalue()
+
+    from mellea.core._sync import run_sync
+
+    with backend.adapter_scope(adapter):
+        run_sync(ask())
+    run_sync(ask())
+    assert [body["model"] for body in state.bodies] == [
+        "requirement-check_alora",
+        "ibm-granite/granite-4.1-3b",
+    ]
