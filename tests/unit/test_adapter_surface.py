@@ -18,12 +18,14 @@ from mellea.backends.adapters import (
     Adapter,
     AdapterNotFoundError,
     AdapterSchemaMismatchError,
+    AdapterType,
     EmbeddedBinding,
     EmbeddedIntrinsicAdapter,
     Identity,
     IntrinsicAdapter,
     LocalFileBinding,
     ServerMediatedBinding,
+    fetch_intrinsic_metadata,
 )
 from mellea.backends.adapters import backend as adapter_backend
 from mellea.backends.adapters._core import _DictContract
@@ -195,7 +197,8 @@ def test_the_dict_contract_and_the_schema_error_that_survives_pickling():
 def test_the_adapter_classes_are_composed_adapters(adapters_dir):
     adapter = IntrinsicAdapter("requirement-check", base_model_name="granite-4.1-3b")
     assert isinstance(adapter, Adapter)
-    assert adapter.identity == Identity("requirement-check", "alora", "requirement-check")
+    assert (adapter.identity.name, adapter.identity.adapter_type) == ("requirement-check", "alora")
+    assert adapter.identity.capability == "requirement-check"  # upstream's shims: the name
     assert adapter.weights.binding_type == "local_file"
     embedded = EmbeddedIntrinsicAdapter("answerability", REQUIREMENT_CHECK_IO, "alora")
     assert isinstance(embedded, Adapter) and embedded.weights.binding_type == "embedded"
@@ -206,11 +209,11 @@ def test_the_adapter_classes_are_composed_adapters(adapters_dir):
 
 def test_a_local_file_binding_runs_its_lifecycle_on_a_backend(adapters_dir, hook_calls):
     backend = VerbBackend()
-    pinned = adapter_backend.fetch_intrinsic_metadata("requirement-check").revision
+    pinned = fetch_intrinsic_metadata("requirement-check").revision
     binding = LocalFileBinding.from_catalog("requirement-check")
     assert binding.qualified_name == "requirement-check_lora"  # the catalog's first kind
     assert binding.revision == pinned
-    binding = LocalFileBinding("requirement-check", adapter_backend.AdapterType.ALORA, CORE_REPO)
+    binding = LocalFileBinding("requirement-check", AdapterType.ALORA, CORE_REPO)
     assert binding.revision is None and binding.resolved_revision() == pinned
     with pytest.raises(RuntimeError, match="bind_backend"):
         binding.prepare()
@@ -244,7 +247,7 @@ def test_a_missing_binding_names_what_to_download(tmp_path, monkeypatch):
 def test_adapter_scope_activates_around_the_body_and_fires_the_hooks(adapters_dir, hook_calls):
     backend = VerbBackend()
     backend.model_options[ModelOption.ADAPTER] = "before"
-    binding = LocalFileBinding("answerability", adapter_backend.AdapterType.ALORA, RAG_REPO)
+    binding = LocalFileBinding("answerability", AdapterType.ALORA, RAG_REPO)
     adapter = Adapter(
         Identity("answerability", "alora", "answerability"),
         _DictContract("a", frozenset()),
@@ -263,7 +266,7 @@ def test_adapter_scope_activates_around_the_body_and_fires_the_hooks(adapters_di
     assert (done.name, done.binding_type, done.adapter_type, done.outcome) == (
         "answerability", "local_file", "alora", "success",
     )  # fmt: skip
-    assert done.revision == adapter_backend.fetch_intrinsic_metadata("answerability").revision
+    assert done.revision == fetch_intrinsic_metadata("answerability").revision
 
     with pytest.raises(AdapterSchemaMismatchError), backend.adapter_scope(adapter):
         adapter.io_contract.parse("{}")
