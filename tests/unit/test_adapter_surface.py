@@ -52,6 +52,7 @@ from tests.adapter_support import (
     UPSTREAM_NO_SCORE,
     FakeAdapterBackend,
     adapters_tree,
+    logprobs_of,
 )
 
 # Every public name this work adds, at upstream's module path.
@@ -487,3 +488,30 @@ def test_an_active_adapter_is_the_model_an_openai_backend_sends(adapters_dir, se
         "requirement-check_alora",
         "ibm-granite/granite-4.1-3b",
     ]
+
+
+HARMONY_HEAD = [
+    ("<|channel|>", 0.0, []), ("analysis", 0.0, []), ("<|message|>", 0.0, []),
+    ("Check the tone.", 0.0, []), ("<|end|>", 0.0, []), ("<|start|>", 0.0, []),
+    ("assistant", 0.0, []), ("<|channel|>", 0.0, []), (" final", 0.0, []), ("<|message|>", 0.0, []),
+]  # fmt: skip
+
+
+def test_the_logprobs_workaround_reads_the_final_harmony_channel():
+    from mellea.backends.adapters.harmony import final_channel_span, final_message_start
+
+    config = dict(REQUIREMENT_CHECK_IO, logprobs_workaround=True)
+    tokens = HARMONY_HEAD + NO_TOKENS + [("<|return|>", 0.0, [])]
+    content = "analysisCheck the tone.assistant final" + '{"score": "no"}'
+    response = {"choices": [_choice(content, tokens)]}
+    result = IntrinsicsResultProcessor(config_dict=config).transform(response)
+    score = json.loads(result.choices[0].message.content)["requirement_check"]["score"]
+    assert score == pytest.approx(UPSTREAM_NO_SCORE)
+    library = process_output(config, content, logprobs_of(tokens))
+    assert json.loads(library)["requirement_check"]["score"] == pytest.approx(UPSTREAM_NO_SCORE)
+    # "<|channel|>" spelled out of several ordinary tokens is not a channel header
+    assert final_message_start(["<|", "channel", "|>", "final", "<|message|>", "x"]) is None
+    assert final_channel_span(["<|channel|>", "final", "<|message|>", "<|end|>"]) is None
+    without = dict(REQUIREMENT_CHECK_IO)  # no workaround: the content must be the JSON
+    with pytest.raises(ValueError):
+        IntrinsicsResultProcessor(config_dict=without).transform(response)

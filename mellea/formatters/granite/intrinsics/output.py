@@ -4,7 +4,9 @@
 :class:`IntrinsicsResultProcessor` applies them to each choice of a chat completion
 response, reading the token log-probabilities (``likelihood``) and the request that
 was sent (``decode_sentences``) where a rule needs them; the log-probabilities are
-dropped from the result, since its tokens no longer match them. The rule classes name
+dropped from the result, since its tokens no longer match them. With the io.yaml's
+``logprobs_workaround`` (gpt-oss), the answer is read from the tokens of the output's
+final Harmony channel (:mod:`mellea.backends.adapters.harmony`). The rule classes name
 upstream's rules; the rules themselves are the ones the library's adapter calls use
 (:mod:`mellea.backends.adapters.results`).
 """
@@ -15,6 +17,7 @@ import json
 import pathlib
 from typing import Any, ClassVar
 
+from mellea.backends.adapters.harmony import final_channel_span
 from mellea.backends.adapters.io import IntrinsicRequest
 from mellea.backends.adapters.results import apply_rule, parse_with_positions
 from mellea.core.logprobs import TokenLogprob
@@ -246,10 +249,16 @@ class IntrinsicsResultProcessor(ChatCompletionResultProcessor):
     def _transform_choice(
         self, choice: ChatCompletionResponseChoice, chat_completion: ChatCompletion | None
     ) -> ChatCompletionResponseChoice:
-        raw = choice.message.content
+        raw, logprobs = choice.message.content, choice.logprobs
+        if self.config.get("logprobs_workaround") and logprobs and logprobs.content:
+            span = final_channel_span([entry.token for entry in logprobs.content])
+            if span is not None:
+                tokens = logprobs.content[span[0] : span[1]]
+                raw = "".join(entry.token for entry in tokens)
+                logprobs = logprobs.model_copy(update={"content": tokens})
         value = json.loads(raw)
         for rule in self.rules:
-            value = rule.apply(value, raw, choice.logprobs, chat_completion)
+            value = rule.apply(value, raw, logprobs, chat_completion)
         message = choice.message.model_copy(update={"content": json.dumps(value)})
         fields = choice.model_dump()
         fields.pop("logprobs", None)  # its tokens no longer match the rewritten content
