@@ -38,8 +38,9 @@ from mellea.backends.adapters.io import read_io_config
 from mellea.backends.adapters.locate import AdapterNotFoundError, find_adapter_dir
 
 
-class Adapter:
-    """An adapter that one backend at a time may hold.
+class NamedAdapter:
+    """An adapter that one backend at a time may hold (``Adapter`` in this module,
+    upstream's older base class; the package's ``Adapter`` is the composed one).
 
     ``qualified_name`` (``<name>_<lora|alora>``) names it everywhere: in the backend's
     list, in the engine, and as the request's ``model`` on a remote server.
@@ -57,6 +58,9 @@ class Adapter:
     def intrinsic_name(self) -> str:
         """The adapter function this adapter implements (its name)."""
         return self.name
+
+
+Adapter = NamedAdapter  # upstream's name here (one class per name in this project)
 
 
 class LocalHFAdapter(Adapter):
@@ -340,6 +344,7 @@ __all__ = [
     "EmbeddedIntrinsicAdapter",
     "IntrinsicAdapter",
     "LocalHFAdapter",
+    "NamedAdapter",
     "get_adapter_for_intrinsic",
 ]
 

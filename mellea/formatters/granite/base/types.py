@@ -54,7 +54,7 @@ class DocumentMessage(_ChatMessageBase):
     role: Annotated[str, StringConstraints(pattern=r"^document .+$")]
 
 
-class ToolCall(pydantic.BaseModel, NoDefaultsMixin):
+class ChatToolCall(pydantic.BaseModel, NoDefaultsMixin):
     """A call the assistant made: function name and parsed arguments."""
 
     id: str | None = None
@@ -62,12 +62,18 @@ class ToolCall(pydantic.BaseModel, NoDefaultsMixin):
     arguments: dict[str, Any] | None
 
 
-class AssistantMessage(_ChatMessageBase):
+ToolCall = ChatToolCall  # upstream's name (one class per name in this project)
+
+
+class ChatAssistantMessage(_ChatMessageBase):
     """An assistant turn, with its tool calls and reasoning when present."""
 
     role: Literal["assistant"] = "assistant"
     tool_calls: list[ToolCall] | None = None
     reasoning_content: str | None = None
+
+
+AssistantMessage = ChatAssistantMessage  # upstream's name (one class per name in this project)
 
 
 class ToolResultMessage(_ChatMessageBase):
@@ -107,12 +113,15 @@ class ToolDefinition(pydantic.BaseModel, NoDefaultsMixin):
     parameters: dict[str, Any] | None = None
 
 
-class Document(pydantic.BaseModel, NoDefaultsMixin):
+class ChatDocument(pydantic.BaseModel, NoDefaultsMixin):
     """A retrieved document: text, and optionally a title and an id."""
 
     text: str
     title: str | None = None
     doc_id: str | None = None
+
+
+Document = ChatDocument  # upstream's name (one class per name in this project)
 
 
 class ChatTemplateKwargs(pydantic.BaseModel):
@@ -132,7 +141,7 @@ class VLLMExtraBody(pydantic.BaseModel, NoDefaultsMixin):
     model_config = pydantic.ConfigDict(extra="allow")
 
 
-class ChatCompletion(pydantic.BaseModel, NoDefaultsMixin):
+class ChatCompletionBody(pydantic.BaseModel, NoDefaultsMixin):
     """A chat completion request: messages, model, tools and ``extra_body``."""
 
     messages: list[ChatMessage]
@@ -147,6 +156,9 @@ class ChatCompletion(pydantic.BaseModel, NoDefaultsMixin):
 
     def _chat_template_kwargs(self) -> ChatTemplateKwargs | None:
         return self.extra_body.chat_template_kwargs if self.extra_body else None
+
+
+ChatCompletion = ChatCompletionBody  # upstream's name (one class per name in this project)
 
 
 class GraniteChatCompletion(ChatCompletion):
@@ -230,14 +242,18 @@ class ChatCompletionResponse(pydantic.BaseModel, NoDefaultsMixin):
 
 __all__ = [
     "AssistantMessage",
+    "ChatAssistantMessage",
     "ChatCompletion",
+    "ChatCompletionBody",
     "ChatCompletionLogProb",
     "ChatCompletionLogProbs",
     "ChatCompletionLogProbsContent",
     "ChatCompletionResponse",
     "ChatCompletionResponseChoice",
+    "ChatDocument",
     "ChatMessage",
     "ChatTemplateKwargs",
+    "ChatToolCall",
     "DeveloperMessage",
     "Document",
     "DocumentMessage",
