@@ -515,3 +515,29 @@ def test_the_logprobs_workaround_reads_the_final_harmony_channel():
     without = dict(REQUIREMENT_CHECK_IO)  # no workaround: the content must be the JSON
     with pytest.raises(ValueError):
         IntrinsicsResultProcessor(config_dict=without).transform(response)
+
+
+def test_a_composed_adapter_on_a_remote_backend_is_named_not_loaded(adapters_dir, server):
+    from mellea.backends.openai import OpenAIBackend
+    from mellea.core._sync import run_sync
+
+    state, url = server
+    backend = OpenAIBackend("ibm-granite/granite-4.1-3b", base_url=url)
+    binding = LocalFileBinding(
+        "guardian-core", AdapterType.ALORA, "nowhere/repo"
+    )  # no files needed
+    adapter = Adapter(Identity("guardian-core", "alora"), _DictContract("g", frozenset()), binding)
+    backend.add_adapter(adapter)
+    assert binding.path is None and backend.list_adapters() == ["guardian-core_alora"]
+
+    async def ask() -> None:
+        thunk = await backend.generate([{"role": "user", "content": "Hi"}])
+        await thunk.avalue()
+
+    with backend.adapter_scope(adapter):
+        run_sync(ask())
+    assert state.bodies[0]["model"] == "guardian-core_alora"
+    with pytest.raises(TypeError, match="LocalFileBinding"):
+        VerbBackend().add_adapter(
+            Adapter(Identity("x", "lora"), _DictContract("x", frozenset()), EmbeddedBinding())
+        )

@@ -147,7 +147,7 @@ def _add_composed(backend: Any, adapter: CoreAdapter) -> None:
         if not served_remotely(backend):
             weights.path = weights.get_local_hf_path(base_model_name(backend))
             load_adapter_weights(backend, name, weights.path)
-            weights._loaded = True
+        weights._loaded = True  # loaded here, or held by the server under its name
         weights.backend = backend
     elif not served_remotely(backend):
         raise TypeError(
