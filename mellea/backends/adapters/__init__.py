@@ -1,14 +1,25 @@
 """LoRA and activated-LoRA adapters, and the adapter functions ("intrinsics") they implement.
 
-Upstream's names: the adapter classes (:mod:`.adapter`), the catalog
+Upstream's names: the composed adapter (:class:`Adapter`: :class:`Identity`,
+:class:`IOContract`, :class:`WeightsBinding`; :mod:`._core`), the adapter classes
+(:mod:`.adapter`; there, ``Adapter`` is the older base class), the catalog
 (:mod:`.catalog`), :class:`AdapterMixin` and the per-backend functions
 (:mod:`.backend`), the io.yaml request builder (:mod:`.io`) and result processor
 (:mod:`.results`). Adapter files are found on this machine, under
 ``$MELLEA_ADAPTERS_DIR`` (:mod:`.locate`).
 """
 
-from mellea.backends.adapters.adapter import (
+from mellea.backends.adapters._core import (
     Adapter,
+    EmbeddedBinding,
+    Identity,
+    IOContract,
+    LocalFileBinding,
+    ServerMediatedBinding,
+    WeightsBinding,
+)
+from mellea.backends.adapters.adapter import (
+    AdapterInput,
     CustomIntrinsicAdapter,
     EmbeddedIntrinsicAdapter,
     IntrinsicAdapter,
@@ -16,6 +27,7 @@ from mellea.backends.adapters.adapter import (
     get_adapter_for_intrinsic,
 )
 from mellea.backends.adapters.backend import AdapterLoadUnsupportedError, AdapterMixin
+from mellea.backends.adapters.capabilities import KNOWN_CAPABILITIES
 from mellea.backends.adapters.catalog import (
     AdapterType,
     IntrinsicsCatalogEntry,
@@ -28,18 +40,26 @@ from mellea.backends.adapters.locate import AdapterNotFoundError
 from mellea.backends.adapters.results import AdapterSchemaMismatchError
 
 __all__ = [
+    "KNOWN_CAPABILITIES",
     "Adapter",
+    "AdapterInput",
     "AdapterLoadUnsupportedError",
     "AdapterMixin",
     "AdapterNotFoundError",
     "AdapterSchemaMismatchError",
     "AdapterType",
     "CustomIntrinsicAdapter",
+    "EmbeddedBinding",
     "EmbeddedIntrinsicAdapter",
     "IOConfigError",
+    "IOContract",
+    "Identity",
     "IntrinsicAdapter",
     "IntrinsicsCatalogEntry",
+    "LocalFileBinding",
     "LocalHFAdapter",
+    "ServerMediatedBinding",
+    "WeightsBinding",
     "fetch_intrinsic_metadata",
     "get_adapter_for_intrinsic",
     "known_intrinsic_names",

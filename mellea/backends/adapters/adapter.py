@@ -19,8 +19,15 @@ import abc
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
+from mellea.backends.adapters._core import Adapter as _AdapterCore
+from mellea.backends.adapters._core import (
+    Identity,
+    LocalFileBinding,
+    WeightsBinding,
+    _DictContract,
+)
 from mellea.backends.adapters.catalog import (
     AdapterType,
     IntrinsicsCatalogEntry,
@@ -31,8 +38,9 @@ from mellea.backends.adapters.io import read_io_config
 from mellea.backends.adapters.locate import AdapterNotFoundError, find_adapter_dir
 
 
-class Adapter:
-    """An adapter that one backend at a time may hold.
+class NamedAdapter:
+    """An adapter that one backend at a time may hold (``Adapter`` in this module,
+    upstream's older base class; the package's ``Adapter`` is the composed one).
 
     ``qualified_name`` (``<name>_<lora|alora>``) names it everywhere: in the backend's
     list, in the engine, and as the request's ``model`` on a remote server.
@@ -52,6 +60,9 @@ class Adapter:
         return self.name
 
 
+Adapter = NamedAdapter  # upstream's name here (one class per name in this project)
+
+
 class LocalHFAdapter(Adapter):
     """An adapter whose weights are loaded from a local directory."""
 
@@ -60,7 +71,85 @@ class LocalHFAdapter(Adapter):
         """The directory holding this adapter's weights for ``base_model_name``."""
 
 
-class IntrinsicAdapter(LocalHFAdapter):
+class _BackendVerbsBinding(WeightsBinding):
+    """The weights of an adapter added to a backend, driven through the backend's
+    adapter verbs (``load/unload/activate/deactivate_peft_adapter``, or
+    ``render_controls`` for an adapter embedded in a model)."""
+
+    def __init__(self, adapter: Adapter, binding_type: str, revision: str | None) -> None:
+        self._adapter = adapter
+        self.binding_type = binding_type  # type: ignore[misc]  # per instance here
+        self.revision = revision
+
+    def _backend(self) -> Any:
+        backend = self._adapter.backend
+        if backend is None:
+            raise RuntimeError(
+                f"adapter {self._adapter.qualified_name!r} is not added to a backend: "
+                "backend.add_adapter(adapter) first"
+            )
+        return backend
+
+    def prepare(self) -> None:
+        """Load the weights (adding the adapter to a local backend already did)."""
+        if self.binding_type == "local_file":
+            self._backend().load_peft_adapter(self._adapter.qualified_name)
+
+    def activate(self) -> None:
+        """Make the backend's generations use this adapter."""
+        backend = self._backend()
+        if self.binding_type == "embedded":
+            backend.render_controls(self._adapter.qualified_name, True)
+        else:
+            backend.activate_peft_adapter(self._adapter.qualified_name)
+
+    def deactivate(self) -> None:
+        """Make the backend's generations use the base model again."""
+        backend = self._backend()
+        if self.binding_type == "embedded":
+            backend.render_controls(self._adapter.qualified_name, False)
+        else:
+            backend.deactivate_peft_adapter(self._adapter.qualified_name)
+
+    def release(self) -> None:
+        """Unload the weights from the backend (an embedded adapter has none to unload)."""
+        backend = self._adapter.backend
+        if backend is not None and self.binding_type == "local_file":
+            backend.unload_peft_adapter(self._adapter.qualified_name)
+
+
+def _identity(name: str, adapter_type: AdapterType) -> Identity:
+    # The capability is the adapter function's name, as upstream's shims set it; no
+    # warning for catalog names spelled with dashes (``requirement-check``).
+    identity = object.__new__(Identity)
+    for key, value in (("name", name), ("adapter_type", adapter_type.value), ("capability", name)):
+        object.__setattr__(identity, key, value)
+    return identity
+
+
+class _MutableCore(_AdapterCore):
+    """The composable adapter's three parts on a class whose other attributes change
+    (backend, path) as it is added to a backend."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+
+    __hash__ = object.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def _compose(self, binding_type: str, revision: str | None) -> None:
+        assert isinstance(self, Adapter)
+        self.identity = _identity(self.name, self.adapter_type)
+        self.io_contract = _DictContract(self.name, frozenset())
+        self.weights = _BackendVerbsBinding(self, binding_type, revision)
+
+
+class IntrinsicAdapter(LocalHFAdapter, _MutableCore):
     """A catalog adapter function as a LoRA or aLoRA (default: aLoRA) for a base model.
 
     Its files are in ``adapter_path`` (ours: an explicit directory) or else in the
@@ -103,6 +192,7 @@ class IntrinsicAdapter(LocalHFAdapter):
                 )
             config_file = self._directory(base_model_name, "io.yaml") / "io.yaml"
         self.config = read_io_config(config_file, config_dict)
+        self._compose("local_file", self.intrinsic_metadata.revision)
 
     def _directory(self, base_model_name: str, required_file: str) -> Path:
         if self.adapter_path is not None:
@@ -142,7 +232,7 @@ class CustomIntrinsicAdapter(IntrinsicAdapter):
         super().__init__(name, base_model_name=base_model_name)
 
 
-class EmbeddedIntrinsicAdapter(Adapter):
+class EmbeddedIntrinsicAdapter(Adapter, _MutableCore):
     """An adapter function baked into a Granite Switch model that a server runs.
 
     No weights are loaded here: a request names the function in
@@ -157,6 +247,7 @@ class EmbeddedIntrinsicAdapter(Adapter):
         super().__init__(intrinsic_name, kind)
         self.technology = technology
         self.config = read_io_config(config_dict=config)
+        self._compose("embedded", None)
 
     @staticmethod
     def from_model_directory(
@@ -240,13 +331,20 @@ def get_adapter_for_intrinsic(
     return None
 
 
+# What ``add_adapter`` takes: an adapter class above, a composed adapter, or a bare
+# LocalFileBinding (upstream's union).
+AdapterInput: TypeAlias = Adapter | _AdapterCore | LocalFileBinding
+
+
 __all__ = [
     "Adapter",
+    "AdapterInput",
     "AdapterType",
     "CustomIntrinsicAdapter",
     "EmbeddedIntrinsicAdapter",
     "IntrinsicAdapter",
     "LocalHFAdapter",
+    "NamedAdapter",
     "get_adapter_for_intrinsic",
 ]
 

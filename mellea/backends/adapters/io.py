@@ -109,7 +109,7 @@ def build_request(
         messages, documents = mark_sentences(config["sentence_boundaries"], messages, documents)
     how = config.get("docs_as_message")
     if how and documents:
-        messages = _documents_as_messages(messages, documents, how)
+        messages = documents_as_messages(messages, documents, how)
         documents = []
     instruction = config.get("instruction")
     if instruction is not None:
@@ -202,7 +202,7 @@ def request_options(config: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _documents_as_messages(
+def documents_as_messages(
     messages: list[dict[str, Any]], documents: list[dict[str, str]], how: str
 ) -> list[dict[str, Any]]:
     """Documents moved into the conversation's first turns (upstream's three ways)."""
@@ -225,6 +225,7 @@ __all__ = [
     "IOConfigError",
     "IntrinsicRequest",
     "build_request",
+    "documents_as_messages",
     "mark_sentences",
     "needs_logprobs",
     "read_io_config",

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
 
+from mellea.backends.adapters.harmony import final_channel_span
 from mellea.backends.adapters.io import IntrinsicRequest, IOConfigError, sentence_tag
 from mellea.core.logprobs import TokenLogprob
 
 Path = tuple[str | int, ...]
+log = logging.getLogger("mellea.backends.adapters")
 
 
 class AdapterSchemaMismatchError(ValueError):
@@ -42,10 +45,14 @@ class AdapterSchemaMismatchError(ValueError):
         self.name = name
         self.observed_keys = observed_keys
         self.expected_keys = expected_keys
-        missing = sorted(expected_keys - observed_keys)
-        super().__init__(
-            f"adapter '{name}' output does not match its contract: expected "
-            f"{sorted(expected_keys)}, got {sorted(observed_keys)} (missing {missing})"
+        # the fields themselves as args, so the error survives pickle and copy
+        super().__init__(name, observed_keys, expected_keys)
+
+    def __str__(self) -> str:
+        missing = sorted(self.expected_keys - self.observed_keys)
+        return (
+            f"adapter '{self.name}' output does not match its contract: expected "
+            f"{sorted(self.expected_keys)}, got {sorted(self.observed_keys)} (missing {missing})"
         )
 
 
@@ -58,7 +65,11 @@ def process_output(
     """The adapter's result for ``raw`` output, as JSON text (what the thunk holds).
 
     ``request`` is what was sent (``decode_sentences`` reads its marked sentences).
+    With the io.yaml's ``logprobs_workaround``, the answer is read from the tokens of
+    a Harmony output's final channel (:func:`harmony_answer`).
     """
+    if config.get("logprobs_workaround") and logprobs:
+        raw, logprobs = harmony_answer(raw, logprobs)
     rules = config.get("transformations") or []
     if not rules:
         return raw
@@ -69,6 +80,20 @@ def process_output(
     for rule in rules:
         value = apply_rule(rule, value, raw, literals, logprobs, config, request)
     return json.dumps(value)
+
+
+def harmony_answer(raw: str, logprobs: list[TokenLogprob]) -> tuple[str, list[TokenLogprob]]:
+    """The answer text and its tokens from a Harmony output's final channel; ``raw``
+    and ``logprobs`` unchanged when the tokens hold no final channel. Where the
+    tokens and ``raw`` disagree, the tokens win (a warning says so)."""
+    span = final_channel_span([t.token for t in logprobs])
+    if span is None:
+        return raw, logprobs
+    tokens = logprobs[span[0] : span[1]]
+    text = "".join(t.token for t in tokens)
+    if text != raw:
+        log.warning("adapter output differs from its final-channel tokens; the tokens are used")
+    return text, tokens
 
 
 def apply_rule(

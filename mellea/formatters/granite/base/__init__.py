@@ -1,0 +1,1 @@
+"""What the Granite formatters share: request/response types and processor interfaces."""

@@ -1,0 +1,1 @@
+"""Data types of the intrinsics' input and output code (none of its own yet, as upstream)."""
