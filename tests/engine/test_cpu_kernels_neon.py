@@ -23,7 +23,7 @@ CHECK = Path(__file__).with_name("neon_kernels_check.cpp")
 NATIVE = platform.machine().lower() in ("aarch64", "arm64")
 CXX = ("aarch64-linux-gnu-g++", "g++") if NATIVE else ("aarch64-linux-gnu-g++",)
 QEMU = ("qemu-aarch64", "qemu-aarch64-static")
-INSTALL = "install them with `make cross` (.ci/install-cross.sh)"
+INSTALL = "`make cross` (.ci/install-cross.sh) installs it"
 KERNELS = [
     "exp_ps",
     "exp_shifted8",
