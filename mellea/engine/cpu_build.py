@@ -2,8 +2,8 @@
 them.
 
 ``python -m mellea.engine.cpu_build`` compiles every family this platform has (on
-x86-64: ``avx512-vnni``, ``avx2`` and ``generic``, whatever the building CPU runs) into
-``mellea/engine/_cpu_ext/``; ``make install`` runs it. A build's name carries a digest
+x86-64: ``avx512-vnni``, ``avx2`` and ``generic``; on aarch64: ``neon-dotprod`` and
+``generic``; whatever the building CPU runs) into ``mellea/engine/_cpu_ext/``; ``make install`` runs it. A build's name carries a digest
 of the source, its flags and the torch version, so a stale one is never loaded: then
 :func:`load` compiles that family on first use instead (under ``TORCH_EXTENSIONS_DIR``).
 """
@@ -21,24 +21,34 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
-# Files SOURCE includes (the AVX2 build's 8-lane VNNI tiles): part of a build's digest.
-INCLUDED = [Path(__file__).with_name("cpu_kernels_vnni256.inc")]
+# Files SOURCE includes (the AVX2 build's 8-lane VNNI tiles, the NEON build's kernels):
+# part of a build's digest.
+INCLUDED = [
+    Path(__file__).with_name(name) for name in ("cpu_kernels_vnni256.inc", "cpu_kernels_neon.h")
+]
 PREBUILT_DIR = Path(__file__).with_name("_cpu_ext")
+CPUINFO = "/proc/cpuinfo"  # where Linux lists what the CPU has
 
-# Fastest first. The flags say which instructions a build may use; what the CPU must
-# report to run it is in _NEEDS (x86-64-v3 and -v4 as the psABI defines the levels).
-FAMILIES = ("avx512-vnni", "avx2", "generic")
+# Fastest first (each platform builds its own, see platform_families). The flags say
+# which instructions a build may use; what the CPU must report to run it is in _NEEDS
+# (x86-64-v3 and -v4 as the psABI defines the levels; on aarch64 Linux's names for
+# NEON, ``asimd``, and the Armv8.2 dot product, ``asimddp``).
+FAMILIES = ("avx512-vnni", "avx2", "neon-dotprod", "generic")
 _FLAGS = {
     "avx512-vnni": ["-march=x86-64-v4", "-mavx512vnni", "-mtune=generic"],
     "avx2": ["-march=x86-64-v3", "-mtune=generic"],
+    "neon-dotprod": ["-march=armv8.2-a+dotprod"],
     "generic": [],
 }
 _V3 = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}
 _NEEDS = {
     "avx512-vnni": _V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx512_vnni"},
     "avx2": _V3,
+    "neon-dotprod": {"asimd", "asimddp"},
     "generic": set(),
 }
+_X86_FAMILIES = ["avx512-vnni", "avx2", "generic"]
+_ARM_FAMILIES = ["neon-dotprod", "generic"]
 _COMMON = ["-O3", "-fopenmp", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
 
 
@@ -46,19 +56,36 @@ def _is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
+def _is_arm64() -> bool:
+    return platform.machine().lower() in ("aarch64", "arm64")
+
+
 def cpu_flags() -> set[str]:
-    """The CPU's feature flags as Linux lists them (empty elsewhere)."""
+    """The CPU's feature flags as Linux lists them in :data:`CPUINFO` (its ``flags`` line
+    on x86, ``Features`` on ARM). On macOS arm64, which has no /proc/cpuinfo, the NEON
+    and dot-product features every Apple Silicon chip has (M1 and later); empty
+    elsewhere."""
+    if sys.platform == "darwin" and _is_arm64():
+        return set(_NEEDS["neon-dotprod"])
     try:
-        with open("/proc/cpuinfo") as f:
-            line = next((line for line in f if line.startswith("flags")), "")
+        with open(CPUINFO) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return set(value.split())
     except OSError:
-        return set()
-    return set(line.partition(":")[2].split())
+        pass
+    return set()
 
 
 def platform_families() -> list[str]:
-    """The families built on this platform (the SIMD ones are x86-64 only)."""
-    return list(FAMILIES) if _is_x86() else ["generic"]
+    """The families built on this platform, fastest first: the x86-64 ones, the aarch64
+    ones, or ``generic`` alone elsewhere."""
+    if _is_x86():
+        return list(_X86_FAMILIES)
+    if _is_arm64():
+        return list(_ARM_FAMILIES)
+    return ["generic"]
 
 
 def cpu_runs(family: str) -> bool:
@@ -71,7 +98,8 @@ def namespace(family: str) -> str:
     return "mellea_cpu_" + family.replace("-", "_")
 
 
-def _flags(family: str) -> list[str]:
+def compile_flags(family: str) -> list[str]:
+    """The compiler flags of ``family``'s build (beside torch's own)."""
     return [*_COMMON, *_FLAGS[family], f"-DMELLEA_CPU_NS={namespace(family)}"]
 
 
@@ -80,7 +108,7 @@ def build_name(family: str) -> str:
     import torch
 
     texts = [p.read_text() for p in (SOURCE, *INCLUDED)]
-    key = "\n".join([*texts, *_flags(family), torch.__version__, sys.version])
+    key = "\n".join([*texts, *compile_flags(family), torch.__version__, sys.version])
     return f"mellea_cpu_{family.replace('-', '_')}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
@@ -102,7 +130,7 @@ def compile_family(family: str, build_dir: Path | None = None) -> Path:
     cpp_extension.load(
         name=name,
         sources=[str(SOURCE)],
-        extra_cflags=_flags(family),
+        extra_cflags=compile_flags(family),
         is_python_module=False,
         verbose=False,
         **kwargs,

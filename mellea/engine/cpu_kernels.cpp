@@ -8,6 +8,9 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
+#include "cpu_kernels_neon.h"
+#endif
 #include <cmath>
 #include <omp.h>
 #include <tuple>
@@ -16,6 +19,7 @@
 
 // One source, built once per CPU family (cpu_kernels.py names the flags): the
 // AVX-512 build has AVX512F/BW/VL/VNNI, the AVX2 build x86-64-v3 (AVX2, FMA, F16C),
+// the neon-dotprod build aarch64's NEON with the dot product (cpu_kernels_neon.h),
 // the generic build plain C++ the compiler vectorizes as it can. Each registers its ops
 // under a namespace of its own (MELLEA_CPU_NS), so that several builds can be loaded
 // in one process (the tests run every family this CPU can execute).
@@ -24,6 +28,8 @@
 #define MELLEA_AVX512 1
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define MELLEA_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
+#define MELLEA_NEON 1
 #endif
 #ifndef MELLEA_CPU_NS
 #define MELLEA_CPU_NS mellea_cpu
@@ -118,6 +124,8 @@ inline float exp_shifted(float* v, int64_t n, float shift) {
     total = _mm256_add_ps(total, e);
   }
   sum = reduce_add_ps(total);
+#elif defined(MELLEA_NEON)
+  i = mellea_neon::exp_shifted8(v, n, shift, &sum);
 #endif
   for (; i < n; ++i) {
     v[i] = std::exp(v[i] - shift);
@@ -158,6 +166,8 @@ at::Tensor silu_and_mul(const at::Tensor& x) {
         const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e));
         _mm256_storeu_ps(o + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
       }
+#elif defined(MELLEA_NEON)
+      i = mellea_neon::silu_mul8(gate, up, o, I);
 #endif
       for (; i < I; ++i) o[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
     }
@@ -585,7 +595,8 @@ at::Tensor int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
 // Both layouts are the same in every build (loaded weights do not depend on the CPU),
 // and every build computes the same integer dot products; only the instructions
 // differ: vpdpbusd on AVX512-VNNI (16 lanes), vpmaddubsw + vpmaddwd on AVX2 (8 lanes,
-// each tile in two halves of 8 rows), plain loops in the generic build.
+// each tile in two halves of 8 rows), sdot on NEON (4 lanes, four vectors a tile),
+// plain loops in the generic build.
 //
 // Activations: each group of 32 becomes two int8 parts with its own step, x ~= step *
 // (256 hi + lo) (about 16 bits: finer than bf16), hi and lo in -127..127.
@@ -925,6 +936,42 @@ void vnni8_tile(const int8_t* qw, const int32_t*, const float* wscale, const int
 #undef VNNI256
 #pragma GCC pop_options
 
+#elif defined(MELLEA_NEON)
+// The neon-dotprod build: the AVX-512 build's arithmetic on sdot, 4 rows per vector
+// (cpu_kernels_neon.h, where each kernel is tested against its scalar reference under
+// qemu-aarch64); the same bits as that build.
+static_assert(mellea_neon::kRows == kTile, "the NEON tiles are the layouts' 16 rows");
+
+void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, float* step,
+                          float* xsum) {
+  const int64_t G = K / 32;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t i = r * G + g;
+      int8_t* hi = xq + r * 2 * K + g * 32;
+      float top;
+      mellea_neon::group_top_and_sum(x + i * 32, &top, &xsum[i]);
+      const GroupSteps gs(top);
+      step[i] = gs.unit / 256.f;
+      mellea_neon::split_group(x + i * 32, gs.unit, gs.inv, gs.inv_lo, hi, hi + K);
+    }
+}
+
+template <int MR>
+void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
+               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
+               int64_t t) {
+  mellea_neon::int4_tile<MR>(qw, reinterpret_cast<const uint16_t*>(sc),
+                             reinterpret_cast<const uint16_t*>(mn), xq, xscale, xsum, out, N, K,
+                             t);
+}
+
+template <int MR>
+void vnni8_tile(const int8_t* qw, const int32_t*, const float* wscale, const int8_t* xq,
+                const float* xscale, float* out, int64_t N, int64_t K, int64_t t) {
+  mellea_neon::int8_tile<MR>(qw, wscale, xq, xscale, out, N, K, t);
+}
+
 #else
 // The generic build: the same arithmetic in plain loops (the compiler vectorizes what it
 // can). Within the stated bound of the exact product, not bit for bit the SIMD builds'.
@@ -1167,6 +1214,8 @@ std::string family() {
   return "avx512-vnni";
 #elif defined(MELLEA_AVX2)
   return "avx2";
+#elif defined(MELLEA_NEON)
+  return "neon-dotprod";
 #else
   return "generic";
 #endif
@@ -1258,6 +1307,15 @@ void best_of_row(const float* x, int64_t n, int64_t k, float* vals, int64_t* idx
   for (; i + 8 <= n; i += 8) {
     unsigned above = static_cast<unsigned>(_mm256_movemask_ps(
         _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(vals[k - 1]), _CMP_GT_OQ)));
+    while (above) {
+      const int lane = __builtin_ctz(above);
+      above &= above - 1;
+      insert(x[i + lane], i + lane);
+    }
+  }
+#elif defined(MELLEA_NEON)
+  for (; i + 8 <= n; i += 8) {
+    unsigned above = mellea_neon::above8(x + i, vals[k - 1]);
     while (above) {
       const int lane = __builtin_ctz(above);
       above &= above - 1;

@@ -18,10 +18,12 @@ held to about 16 bits (two int8 parts).
 
 Each CPU family gets its own build of the one C++ source (see :data:`FAMILIES`):
 ``avx512-vnni`` (AVX512F/BW/VL/VNNI), ``avx2`` (x86-64-v3: AVX2, FMA, F16C; most
-laptops, desktops and cloud VMs) and ``generic`` (plain C++). All keep the weights in
-the same layouts, so a model loads the same way whichever runs. :func:`family` picks the
-best one this CPU can run, or the one ``MELLEA_CPU_ISA`` names (``avx512``, ``avx2``,
-``generic``; e.g. to run the AVX2 path on an AVX-512 machine).
+laptops, desktops and cloud VMs), ``neon-dotprod`` (aarch64 with the Armv8.2 dot
+product: Apple Silicon, AWS Graviton 2 and later, Raspberry Pi 5) and ``generic``
+(plain C++). All keep the weights in the same layouts, so a model loads the same way
+whichever runs. :func:`family` picks the best one this CPU can run, or the one
+``MELLEA_CPU_ISA`` names (``avx512``, ``avx2``, ``neon``, ``generic``; e.g. to run the
+AVX2 path on an AVX-512 machine).
 
 The builds are made ahead of time, when the project is installed (``make install``
 runs ``python -m mellea.engine.cpu_build``; it needs a C++ compiler and Python's
@@ -54,6 +56,8 @@ _ISA_NAMES = {
     "avx512": "avx512-vnni",
     "avx512-vnni": "avx512-vnni",
     "avx2": "avx2",
+    "neon": "neon-dotprod",
+    "neon-dotprod": "neon-dotprod",
     "generic": "generic",
 }
 
@@ -74,7 +78,7 @@ def _chosen() -> str:
     if wanted:
         name = _ISA_NAMES.get(wanted)
         if name is None:
-            log.warning("%s=%s is not one of avx512, avx2, generic; ignored", ISA_ENV, wanted)
+            log.warning("%s=%s is not one of avx512, avx2, neon, generic; ignored", ISA_ENV, wanted)
         elif name not in runnable:
             log.warning("%s=%s: this CPU cannot run it; using %s", ISA_ENV, wanted, runnable[0])
         else:
@@ -105,8 +109,8 @@ def available() -> bool:
 
 
 def family() -> str:
-    """The kernel family the ops run: ``avx512-vnni``, ``avx2`` or ``generic``; ``none``
-    where the C++ ops are unavailable."""
+    """The kernel family the ops run: ``avx512-vnni``, ``avx2``, ``neon-dotprod`` or
+    ``generic``; ``none`` where the C++ ops are unavailable."""
     if not available():
         return "none"
     return _current[0] if _current else _chosen()

@@ -93,8 +93,10 @@ def auto_cpu_format(model_path: str | Path | None) -> str:
     this CPU's kernel family (:func:`cpu_kernels.family`) runs it.
 
     ``int4`` when every linear weight is 4-bit already (dequantized from a Q4 GGUF,
-    like the default model) and the AVX-512 or AVX2 kernels run here: int4 holds those
-    weights exactly and is the fastest format on both families (benchmarks/README.md).
+    like the default model) and the AVX-512, AVX2 or NEON dot-product kernels run here:
+    int4 holds those weights exactly and is the fastest format on both x86 families
+    (benchmarks/README.md); on NEON that is unmeasured (the same integer dot products on
+    ``sdot``, no ARM machine here to time them).
     Otherwise the checkpoint's own dtype: ``bfloat16`` for a bf16 checkpoint where the
     CPU multiplies bf16 natively (:func:`cpu_has_native_bf16`), ``float32`` for the
     rest (fp32 holds fp16 and bf16 weights exactly; the generic kernels' int4 is slower
@@ -107,12 +109,12 @@ def auto_cpu_format(model_path: str | Path | None) -> str:
     path = Path(model_path)
     family = cpu_kernels.family()
     four_bit = checkpoint_is_4bit(path)
-    if four_bit and family in ("avx512-vnni", "avx2"):
+    if four_bit and family in ("avx512-vnni", "avx2", "neon-dotprod"):
         fmt, why = "int4", "the checkpoint's weights are 4-bit already: int4 holds them exactly"
     elif stored_dtype(path) == "bfloat16" and cpu_has_native_bf16():
         fmt, why = "bfloat16", "the checkpoint's own dtype, which this CPU multiplies natively"
     elif four_bit:
-        fmt, why = "float32", "4-bit weights, but without AVX2 int4 is slower than float32"
+        fmt, why = "float32", "4-bit weights, but on generic kernels int4 is slower than float32"
     else:
         fmt, why = "float32", "the checkpoint's own weights, exactly"
     line = f"weight format {fmt} (dtype auto), CPU kernels {family}: {why}"

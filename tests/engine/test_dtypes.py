@@ -202,7 +202,8 @@ def test_auto_keeps_int4_for_the_default_models_q4_gguf():
     path = resolve_model(None)
     assert gguf_source(path) is not None and stored_dtype(path) is None
     assert checkpoint_is_4bit(path)
-    want = "int4" if cpu_kernels.family() in ("avx512-vnni", "avx2") else "float32"
+    fast = ("avx512-vnni", "avx2", "neon-dotprod")
+    want = "int4" if cpu_kernels.family() in fast else "float32"
     assert resolve_format("auto", CPU, path) == want
 
 
@@ -481,8 +482,9 @@ def test_fused_decode_layers_match_the_layer_path_bit_for_bit(
 
 
 def test_auto_logs_its_format_the_kernel_family_and_why(tmp_path, monkeypatch, caplog):
-    """One line at start says what `auto` chose on which kernels; without AVX2 (the
-    generic kernels) the quantized formats lose to float32, so auto takes float32."""
+    """One line at start says what `auto` chose on which kernels; on the generic
+    kernels (no AVX2, no NEON dot product) the quantized formats lose to float32, so
+    auto takes float32."""
     import logging
 
     import mellea.engine.quant as quant
@@ -493,11 +495,17 @@ def test_auto_logs_its_format_the_kernel_family_and_why(tmp_path, monkeypatch, c
     monkeypatch.setattr(quant, "_logged", set())
     monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: False)
     with caplog.at_level(logging.INFO, logger="mellea.engine.quant"):
-        for family, want in [("avx512-vnni", "int4"), ("avx2", "int4"), ("generic", "float32")]:
+        for family, want in [
+            ("avx512-vnni", "int4"),
+            ("avx2", "int4"),
+            ("neon-dotprod", "int4"),
+            ("generic", "float32"),
+        ]:
             monkeypatch.setattr(quant.cpu_kernels, "family", lambda f=family: f)
             assert quant.resolve_format("auto", CPU, q4_dir) == want
             assert quant.resolve_format("auto", CPU, q4_dir) == want  # logged once
     lines = [r.getMessage() for r in caplog.records if r.name == "mellea.engine.quant"]
-    assert len(lines) == 3
+    assert len(lines) == 4
     assert lines[1].startswith("weight format int4 (dtype auto), CPU kernels avx2: ")
-    assert "4-bit" in lines[1] and "float32" in lines[2] and "generic" in lines[2]
+    assert lines[2].startswith("weight format int4 (dtype auto), CPU kernels neon-dotprod: ")
+    assert "4-bit" in lines[1] and "float32" in lines[3] and "generic" in lines[3]

@@ -1,0 +1,387 @@
+// Each kernel of mellea/engine/cpu_kernels_neon.h against a scalar reference written
+// here from the layouts' description, on random inputs: bit for bit where the NEON
+// code takes the x86 builds' roundings in their order, and the int4 and int8 linears
+// also against the exact product (in double) within the activations' bound. Built by
+// tests/engine/test_cpu_kernels_neon.py with aarch64-linux-gnu-g++ and run under
+// qemu-aarch64 (-cpu max, for the dot product); prints one line per kernel and exits 1
+// on the first kernel that differs.
+#include "cpu_kernels_neon.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace {
+
+namespace nk = mellea_neon;
+
+std::mt19937 rng(20261125);
+int failures = 0;
+
+float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng); }
+int integer(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+bool same(float a, float b) { return bits_of(a) == bits_of(b); }
+
+void fail(const char* what, const char* detail, double got, double want) {
+  if (failures < 20) std::printf("FAIL %s: %s: got %.9g, want %.9g\n", what, detail, got, want);
+  ++failures;
+}
+
+void report(const char* what, int cases, int before) {
+  std::printf("%s %s: %d cases\n", failures == before ? "ok" : "FAIL", what, cases);
+}
+
+// ---- the scalar references ----------------------------------------------------------
+
+// exp_ps step by step, each fused multiply-add as fmaf.
+float ref_exp(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float k = std::nearbyint(x * 1.44269504f);
+  float r = std::fma(-k, 0.693359375f, x);
+  r = std::fma(-k, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
+                  5.0000001201e-1f})
+    p = std::fma(p, r, c);
+  const float y = std::fma(p, r * r, r) + 1.f;
+  return y * std::ldexp(1.f, static_cast<int>(k));
+}
+
+// 8 lanes summed as the AVX2 build's reduce_add_ps: halves, lanes 2 apart, the last two.
+float ref_reduce8(const float* l) {
+  float h[4];
+  for (int j = 0; j < 4; ++j) h[j] = l[j + 4] + l[j];
+  return (h[0] + h[2]) + (h[1] + h[3]);
+}
+
+// The two-part steps of a group whose |x| max is top (cpu_kernels.cpp's GroupSteps).
+struct Steps {
+  float unit, inv, inv_lo;
+};
+Steps steps_of(float top) {
+  return {top / 127.f, top > 0.f ? 127.f / top : 0.f, top > 0.f ? 256.f * 127.f / top : 0.f};
+}
+
+int8_t saturate8(float v) { return static_cast<int8_t>(std::min(std::max(v, -128.f), 127.f)); }
+
+// A group's |x| max and its sum in _mm512_reduce_add_ps's order over v[j] + v[j + 16].
+void ref_top_and_sum(const float* v, float* top, float* sum) {
+  float t = 0.f, s16[16], s8[8];
+  for (int j = 0; j < 32; ++j) t = std::max(t, std::fabs(v[j]));
+  for (int j = 0; j < 16; ++j) s16[j] = v[j] + v[j + 16];
+  for (int j = 0; j < 8; ++j) s8[j] = s16[j + 8] + s16[j];
+  *top = t;
+  *sum = ref_reduce8(s8);
+}
+
+void ref_split(const float* v, const Steps& s, int8_t* hi, int8_t* lo) {
+  for (int j = 0; j < 32; ++j) {
+    const float a = std::nearbyint(v[j] * s.inv);
+    const float rest = std::fma(-a, s.unit, v[j]);
+    hi[j] = saturate8(a);
+    lo[j] = static_cast<int8_t>(std::min(std::max(std::nearbyint(rest * s.inv_lo), -127.f), 127.f));
+  }
+}
+
+float half_bits_to_float(uint16_t b) {
+  __fp16 h;
+  std::memcpy(&h, &b, 2);
+  return static_cast<float>(h);
+}
+
+uint16_t float_to_half_bits(float f) {
+  const __fp16 h = static_cast<__fp16>(f);
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+
+// Element e (0..31) of row j's group in a tile group's 256 bytes of the int4 layout.
+int int4_element(const uint8_t* w, int j, int e) {
+  const int s = e / 8, b = e % 8;
+  const uint8_t byte = w[64 * s + 4 * j + (b % 4)];
+  return b < 4 ? (byte & 0x0F) : (byte >> 4);
+}
+
+// Element e of row j's group in a tile group's 512 bytes of the int8 layout.
+int int8_element(const int8_t* w, int j, int e) { return w[64 * (e / 4) + 4 * j + e % 4]; }
+
+// Activations in their two parts, [rows, 2, K], with steps and sums [rows, G].
+struct Parts {
+  std::vector<int8_t> q;
+  std::vector<float> step, sum;
+};
+
+Parts ref_parts(const std::vector<float>& x, int rows, int K) {
+  const int G = K / 32;
+  Parts p{std::vector<int8_t>(rows * 2 * K), std::vector<float>(rows * G),
+          std::vector<float>(rows * G)};
+  for (int r = 0; r < rows; ++r)
+    for (int g = 0; g < G; ++g) {
+      const float* v = x.data() + r * K + g * 32;
+      float top;
+      ref_top_and_sum(v, &top, &p.sum[r * G + g]);
+      const Steps s = steps_of(top);
+      p.step[r * G + g] = s.unit / 256.f;
+      ref_split(v, s, p.q.data() + r * 2 * K + g * 32, p.q.data() + r * 2 * K + K + g * 32);
+    }
+  return p;
+}
+
+// Activations with groups of very different sizes, some all zero, some at one value.
+std::vector<float> activations(int rows, int K) {
+  std::vector<float> x(rows * K);
+  for (int r = 0; r < rows; ++r)
+    for (int g = 0; g < K / 32; ++g) {
+      const int kind = integer(0, 9);
+      const float size = std::pow(10.f, uniform(-4.f, 4.f));
+      for (int j = 0; j < 32; ++j) {
+        float& v = x[r * K + g * 32 + j];
+        v = kind == 0 ? 0.f : kind == 1 ? size : uniform(-size, size);
+      }
+    }
+  return x;
+}
+
+// ---- the checks -------------------------------------------------------------------
+
+void check_exp() {
+  const int before = failures;
+  int cases = 0;
+  float x[4];
+  for (int n = 0; n < 20000; n += 4) {
+    for (int l = 0; l < 4; ++l) x[l] = n < 40 ? -100.f + 5.f * (n + l) : uniform(-95.f, 95.f);
+    float got[4];
+    vst1q_f32(got, nk::exp_ps(vld1q_f32(x)));
+    for (int l = 0; l < 4; ++l, ++cases) {
+      if (!same(got[l], ref_exp(x[l]))) fail("exp_ps", "bits", got[l], ref_exp(x[l]));
+      // And within 2 ulp of the library's exp where neither clamps nor goes subnormal.
+      const float lib = std::exp(x[l]);
+      if (x[l] > -87.f && x[l] < 88.f && std::fabs(got[l] - lib) > 2.f * std::fabs(lib) * 0x1p-23f)
+        fail("exp_ps", "against std::exp", got[l], lib);
+    }
+  }
+  report("exp_ps", cases, before);
+}
+
+void check_exp_shifted() {
+  const int before = failures;
+  int cases = 0;
+  for (int n : {0, 3, 8, 13, 16, 31, 64, 257}) {
+    std::vector<float> v(n), want(n);
+    float shift = 0.f;
+    for (auto& e : v) shift = std::max(shift, e = uniform(-30.f, 10.f));
+    float lanes[8] = {};
+    const int64_t whole = n / 8 * 8;
+    for (int64_t i = 0; i < whole; ++i) lanes[i % 8] += want[i] = ref_exp(v[i] - shift);
+    float sum = -1.f;
+    const int64_t did = nk::exp_shifted8(v.data(), n, shift, &sum);
+    ++cases;
+    if (did != whole) fail("exp_shifted8", "count", did, whole);
+    if (!same(sum, ref_reduce8(lanes))) fail("exp_shifted8", "sum", sum, ref_reduce8(lanes));
+    for (int64_t i = 0; i < whole; ++i)
+      if (!same(v[i], want[i])) fail("exp_shifted8", "value", v[i], want[i]);
+  }
+  report("exp_shifted8", cases, before);
+}
+
+void check_silu() {
+  const int before = failures;
+  int cases = 0;
+  for (int n : {0, 5, 8, 12, 64, 100}) {
+    std::vector<float> gate(n), up(n), out(n, -7.f);
+    for (int i = 0; i < n; ++i) gate[i] = uniform(-20.f, 20.f), up[i] = uniform(-3.f, 3.f);
+    const int64_t did = nk::silu_mul8(gate.data(), up.data(), out.data(), n);
+    ++cases;
+    if (did != n / 8 * 8) fail("silu_mul8", "count", did, n / 8 * 8);
+    for (int i = 0; i < n; ++i) {
+      const float want = i < did ? gate[i] / (1.f + ref_exp(0.f - gate[i])) * up[i] : -7.f;
+      if (!same(out[i], want)) fail("silu_mul8", "value", out[i], want);
+    }
+  }
+  report("silu_mul8", cases, before);
+}
+
+void check_above() {
+  const int before = failures;
+  int cases = 0;
+  for (int n = 0; n < 2000; ++n, ++cases) {
+    float x[8];
+    for (float& v : x) v = static_cast<float>(integer(-3, 3));  // ties with the threshold
+    const float t = static_cast<float>(integer(-3, 3));
+    unsigned want = 0;
+    for (int j = 0; j < 8; ++j) want |= (x[j] > t ? 1u : 0u) << j;
+    if (nk::above8(x, t) != want) fail("above8", "mask", nk::above8(x, t), want);
+  }
+  report("above8", cases, before);
+}
+
+void check_activation_parts() {
+  const int before = failures;
+  int cases = 0;
+  const int K = 32 * 8192;  // enough that a rounding differing in 1 in 10^4 shows
+  std::vector<float> x = activations(1, K);
+  // A group of ties (top 127: a step of 1 for hi, 1/256 for lo), which round to even.
+  x[0] = 127.f;
+  for (int j = 1; j < 16; ++j) x[j] = static_cast<float>(j - 8) + 0.5f;
+  for (int j = 16; j < 32; ++j) x[j] = 3.f + (static_cast<float>(j - 24) + 0.5f) / 256.f;
+  for (int g = 0; g < K / 32; ++g, ++cases) {
+    const float* v = x.data() + g * 32;
+    float top, sum, want_top, want_sum;
+    nk::group_top_and_sum(v, &top, &sum);
+    ref_top_and_sum(v, &want_top, &want_sum);
+    if (!same(top, want_top)) fail("group_top_and_sum", "top", top, want_top);
+    if (!same(sum, want_sum)) fail("group_top_and_sum", "sum", sum, want_sum);
+    const Steps s = steps_of(want_top);
+    int8_t hi[32], lo[32], want_hi[32], want_lo[32];
+    nk::split_group(v, s.unit, s.inv, s.inv_lo, hi, lo);
+    ref_split(v, s, want_hi, want_lo);
+    for (int j = 0; j < 32; ++j) {
+      if (hi[j] != want_hi[j]) fail("split_group", "hi", hi[j], want_hi[j]);
+      if (lo[j] != want_lo[j]) fail("split_group", "lo", lo[j], want_lo[j]);
+    }
+  }
+  report("group_top_and_sum + split_group", cases, before);
+}
+
+// Runs tile(rows, t) on MR rows for every tile; out [MR, N], untouched past N.
+template <int MR>
+void check_int4(int N, int K) {
+  const int G = K / 32, T = (N + 15) / 16;
+  std::vector<uint8_t> qw(T * G * 256);
+  std::vector<uint16_t> sc(T * G * 16), mn(T * G * 16);
+  for (auto& b : qw) b = static_cast<uint8_t>(integer(0, 255));
+  for (int i = 0; i < T * G * 16; ++i) {
+    sc[i] = float_to_half_bits(uniform(0.f, 0.05f));
+    mn[i] = float_to_half_bits(uniform(-0.4f, 0.f));
+  }
+  for (int g = 0; g < G; ++g) std::fill_n(&qw[g * 256 + 64 * (g % 4)], 64, uint8_t{0xFF});
+  const std::vector<float> x = activations(MR, K);
+  const Parts p = ref_parts(x, MR, K);
+  std::vector<float> got(MR * N + 1, 0.f);
+  got[MR * N] = -1.f;  // a sentinel past the end
+  for (int t = 0; t < T; ++t)
+    nk::int4_tile<MR>(qw.data(), sc.data(), mn.data(), p.q.data(), p.step.data(), p.sum.data(),
+                      got.data(), N, K, t);
+  char what[64];
+  std::snprintf(what, sizeof what, "int4_tile<%d> N=%d K=%d", MR, N, K);
+  if (got[MR * N] != -1.f) fail(what, "wrote past the end", got[MR * N], -1.f);
+  for (int i = 0; i < MR; ++i)
+    for (int n = 0; n < N; ++n) {
+      const int t = n / 16, j = n % 16;
+      float acc = 0.f;
+      double exact = 0.0, bound = 0.0, mag = 0.0;
+      for (int g = 0; g < G; ++g) {
+        const uint8_t* w = qw.data() + (t * G + g) * 256;
+        const int8_t* xh = p.q.data() + i * 2 * K + g * 32;
+        const int at = (t * G + g) * 16 + j;
+        const float d = half_bits_to_float(sc[at]), m = half_bits_to_float(mn[at]);
+        int32_t hi = 0, lo = 0;
+        for (int e = 0; e < 32; ++e) {
+          const int q = int4_element(w, j, e);
+          hi += q * xh[e];
+          lo += q * xh[K + e];
+          const double wk = static_cast<double>(q) * d + m;
+          exact += wk * x[i * K + g * 32 + e];
+          // The parts' error: half a step (lo's rounding), a whole one where lo clamps.
+          bound += std::fabs(wk) * p.step[i * G + g];
+          mag += (std::fabs(q * d) + std::fabs(m)) * std::fabs(x[i * K + g * 32 + e]);
+        }
+        const float step = p.step[i * G + g], sum = p.sum[i * G + g];
+        acc = std::fma(static_cast<float>(256 * hi + lo), d * step, acc);
+        acc = std::fma(m, sum, acc);
+      }
+      const float out = got[i * N + n];
+      if (!same(out, acc)) fail(what, "bits", out, acc);
+      if (std::fabs(out - exact) > bound + 1e-5 * mag)
+        fail(what, "against the exact product", out, exact);
+    }
+}
+
+template <int MR>
+void check_int8(int N, int K) {
+  const int G = K / 32, T = (N + 15) / 16;
+  std::vector<int8_t> qw(T * G * 512);
+  std::vector<float> scale(T * 16);
+  for (auto& b : qw) b = static_cast<int8_t>(integer(-127, 127));
+  for (int g = 0; g < G; g += 3) std::fill_n(&qw[g * 512], 512, int8_t{-127});
+  for (auto& s : scale) s = uniform(1e-4f, 1e-2f);
+  const std::vector<float> x = activations(MR, K);
+  const Parts p = ref_parts(x, MR, K);
+  std::vector<float> got(MR * N + 1, 0.f);
+  got[MR * N] = -1.f;
+  for (int t = 0; t < T; ++t)
+    nk::int8_tile<MR>(qw.data(), scale.data(), p.q.data(), p.step.data(), got.data(), N, K, t);
+  char what[64];
+  std::snprintf(what, sizeof what, "int8_tile<%d> N=%d K=%d", MR, N, K);
+  if (got[MR * N] != -1.f) fail(what, "wrote past the end", got[MR * N], -1.f);
+  for (int i = 0; i < MR; ++i)
+    for (int n = 0; n < N; ++n) {
+      const int t = n / 16, j = n % 16;
+      float acc = 0.f;
+      double exact = 0.0, bound = 0.0, mag = 0.0;
+      for (int g = 0; g < G; ++g) {
+        const int8_t* w = qw.data() + (t * G + g) * 512;
+        const int8_t* xh = p.q.data() + i * 2 * K + g * 32;
+        int32_t hi = 0, lo = 0;
+        for (int e = 0; e < 32; ++e) {
+          const int q = int8_element(w, j, e);
+          hi += q * xh[e];
+          lo += q * xh[K + e];
+          const double wk = static_cast<double>(q) * scale[n];
+          exact += wk * x[i * K + g * 32 + e];
+          bound += std::fabs(wk) * p.step[i * G + g];
+          mag += std::fabs(wk * x[i * K + g * 32 + e]);
+        }
+        acc = std::fma(static_cast<float>(256 * hi + lo), p.step[i * G + g], acc);
+      }
+      const float want = acc * scale[n], out = got[i * N + n];
+      if (!same(out, want)) fail(what, "bits", out, want);
+      if (std::fabs(out - exact) > bound + 1e-5 * mag)
+        fail(what, "against the exact product", out, exact);
+    }
+}
+
+template <int MR>
+void check_tiles(int& cases) {
+  for (int N : {16, 5, 37, 64})
+    for (int K : {32, 96, 512}) {
+      check_int4<MR>(N, K);
+      check_int8<MR>(N, K);
+      cases += 2;
+    }
+}
+
+}  // namespace
+
+int main() {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // each line out before a crash, if one comes
+  check_exp();
+  check_exp_shifted();
+  check_silu();
+  check_above();
+  check_activation_parts();
+  int before = failures, cases = 0;
+  check_tiles<1>(cases);
+  check_tiles<2>(cases);
+  check_tiles<3>(cases);
+  check_tiles<4>(cases);
+  report("int4_tile and int8_tile, 1-4 rows", cases, before);
+  if (failures) {
+    std::printf("%d mismatches\n", failures);
+    return 1;
+  }
+  std::printf("all NEON kernels match their references\n");
+  return 0;
+}
