@@ -339,3 +339,10 @@ def q4_k_groups(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     :func:`mellea.engine.gguf_blocks.to_int4` gives, in one pass of C++. Call
     :func:`available` first."""
     return _ops().q4_k_groups(raw.contiguous())
+
+
+def gguf_int8_rows(raw: torch.Tensor, k_quant: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Q6_K (``k_quant``) or Q8_0 tensor's bytes [rows, row bytes] (uint8) as per-row
+    int8 and scales: :func:`mellea.engine.quant.quantize_rows` of its exact values, the
+    same bytes, in one pass of C++ with no float32 copy. Call :func:`available` first."""
+    return _ops().gguf_int8_rows(raw.contiguous(), int(k_quant))

@@ -102,23 +102,27 @@ class _GGUFTensor:
     def int4(self) -> Any:
         """The tensor as int4 groups where its block format maps onto them, else None;
         a Q4_K tensor in one pass of C++ where the kernels run (the same bytes)."""
-        from gguf import GGMLQuantizationType
-
         from mellea.engine import cpu_kernels
         from mellea.engine.gguf_blocks import Int4Groups
 
-        inner = self.inner
-        if (
-            inner.qtype == GGMLQuantizationType.Q4_K
-            and len(inner.shape) == 2
-            and not inner.offset
-            and cpu_kernels.available()
-        ):
-            with warnings.catch_warnings():  # the file's bytes are read only, as they stay
-                warnings.simplefilter("ignore", UserWarning)
-                raw = torch.from_numpy(np.ascontiguousarray(inner.raw))
+        raw = self._raw_in_cpp(("Q4_K",))
+        if raw is not None:
             return Int4Groups(*(part.numpy() for part in cpu_kernels.q4_k_groups(raw)))
-        return inner.int4()
+        return self.inner.int4()
+
+    def _raw_in_cpp(self, types: tuple[str, ...]) -> torch.Tensor | None:
+        """The matrix's bytes as a uint8 tensor (the file's pages, not copied) where its
+        type is one of ``types`` and the C++ kernels run; else None."""
+        from mellea.engine import cpu_kernels
+
+        inner = self.inner
+        if inner.qtype.name not in types or len(inner.shape) != 2 or inner.offset:
+            return None
+        if not cpu_kernels.available():
+            return None
+        with warnings.catch_warnings():  # the file's bytes are read only, as they stay
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(np.ascontiguousarray(inner.raw))
 
     def int8_blocks(self) -> Any:
         return self.inner.int8_blocks()
@@ -131,6 +135,11 @@ class _GGUFTensor:
 
         if len(self.shape) != 2 or self.inner.offset:
             return quantize_rows(self.tensor())
+        raw = self._raw_in_cpp(_ONE_PRODUCT)
+        if raw is not None:
+            from mellea.engine import cpu_kernels
+
+            return cpu_kernels.gguf_int8_rows(raw, self.inner.qtype.name == "Q6_K")
         rows, cols = self.shape
         q = torch.empty(rows, cols, dtype=torch.int8)
         scale = torch.empty(rows, dtype=torch.float32)
@@ -147,6 +156,9 @@ class _GGUFTensor:
     def release(self) -> None:
         self.inner.release()
 
+
+# Block formats whose values are one product (no offset): C++ requantizes them per row.
+_ONE_PRODUCT = ("Q6_K", "Q8_0")
 
 # Rows widened to float32 at a time for requantizing: about 1 MB of float32 (a chunk
 # and its temporaries stay in the CPU's caches, and fresh memory is not page-faulted in

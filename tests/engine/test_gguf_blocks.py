@@ -204,13 +204,17 @@ def test_float32_chunks_are_the_reference_bit_for_bit(qtype):
     assert np.array_equal(np.concatenate(chunks), dequantize(raw, qtype).reshape(23, 512))
 
 
+@pytest.mark.parametrize("cpp", [True, False], ids=["cpp-where-it-runs", "numpy"])
 @pytest.mark.parametrize("qtype", BLOCK_TYPES, ids=lambda t: t.name)
-def test_int8_rows_are_quantize_rows_of_the_reference_bit_for_bit(qtype, monkeypatch):
+def test_int8_rows_are_quantize_rows_of_the_reference_bit_for_bit(qtype, cpp, monkeypatch):
     """A GGUF layer served in int8 (a Q4_K_M file's Q6_K tensors) is requantized a
-    chunk of rows at a time: the same bytes as quantizing the whole float32 tensor."""
+    chunk of rows at a time (or in C++, for Q6_K and Q8_0 where the kernels run): the
+    same bytes as quantizing the whole float32 tensor."""
     from mellea.engine import weights
     from mellea.engine.quant import quantize_rows
 
+    if not cpp:
+        monkeypatch.setattr(weights, "_ONE_PRODUCT", ())
     monkeypatch.setattr(weights, "_CHUNK_ELEMENTS", 7 * 512)  # chunks of 7 rows: 40 = 5*7+5
     raw = sample(qtype, 40, 512)
     q, scale = weights._GGUFTensor(gguf_tensor(raw, qtype, 512)).int8_rows()

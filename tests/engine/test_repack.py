@@ -54,3 +54,24 @@ def test_q4_k_groups_is_to_int4():
     for got, expected in zip(ours, want, strict=True):
         assert got.numpy().dtype == expected.dtype
         assert np.array_equal(got.numpy().view(np.uint8), expected.view(np.uint8))
+
+
+@pytest.mark.parametrize("qtype", [Q.Q6_K, Q.Q8_0], ids=lambda t: t.name)
+def test_gguf_int8_rows_is_quantize_rows_of_the_reference(qtype):
+    """Per-row int8 straight from the blocks: the bytes and scales of quantizing the
+    gguf package's dequantized values, bit for bit (a zero row included)."""
+    from gguf.quants import dequantize, quantize
+
+    from mellea.engine.quant import quantize_rows
+
+    if qtype == Q.Q6_K:
+        raw = random_k_blocks(qtype, 24, 1024, seed=9)
+        raw.reshape(24, 4, 210)[5, :, 208:210] = 0  # d = 0: a row of zeros
+    else:
+        weight = np.random.default_rng(9).normal(0, 0.05, (24, 1024)).astype(np.float32)
+        weight[5] = 0
+        raw = quantize(weight, qtype)
+    q, scale = cpu_kernels.gguf_int8_rows(torch.from_numpy(raw), qtype == Q.Q6_K)
+    want_q, want_scale = quantize_rows(torch.from_numpy(dequantize(raw, qtype)))
+    assert torch.equal(q, want_q) and torch.equal(scale, want_scale)
+    assert scale[5] == torch.tensor(1e-12) and not q[5].any()
