@@ -32,14 +32,22 @@ class BlockTable(nn.Module):
         self.register_buffer("scales", scales)
         self.register_buffer("offsets", offsets)
 
+    def _widen(
+        self, q: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Rows of int8 values and their blocks' scales (and offsets) -> float32 [n, K]."""
+        values = q.float().view(q.shape[0], -1, self.block)
+        # Two roundings, multiply then add, as the reference dequantizer does them.
+        values.mul_(scales.unsqueeze(-1))
+        if offsets is not None:
+            values.add_(offsets.unsqueeze(-1))
+        return values.view(q.shape[0], self.embedding_dim)
+
     def rows(self, index: torch.Tensor) -> torch.Tensor:
         """The float32 rows at ``index`` (any shape) -> [*index.shape, K]."""
         flat = index.reshape(-1)
-        blocks = self.q[flat].float().view(flat.numel(), -1, self.block)
-        # Two roundings, multiply then add, as the reference dequantizer does them.
-        values = blocks * self.scales[flat].unsqueeze(-1)
-        if self.offsets is not None:
-            values = values + self.offsets[flat].unsqueeze(-1)
+        offsets = None if self.offsets is None else self.offsets[flat]
+        values = self._widen(self.q[flat], self.scales[flat], offsets)
         return values.view(*index.shape, self.embedding_dim)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -49,8 +57,9 @@ class BlockTable(nn.Module):
     def chunks(self, size: int = 4096) -> Iterator[torch.Tensor]:
         """The whole table in float32, ``size`` rows at a time."""
         for first in range(0, self.num_embeddings, size):
-            index = torch.arange(first, min(first + size, self.num_embeddings))
-            yield self.rows(index)
+            part = slice(first, first + size)  # slices: no gather of the rows
+            offsets = None if self.offsets is None else self.offsets[part]
+            yield self._widen(self.q[part], self.scales[part], offsets)
 
     def dequantized(self) -> torch.Tensor:
         """The whole table in float32 (tests and small models)."""

@@ -21,10 +21,11 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
-# Files SOURCE includes (the AVX2 build's 8-lane VNNI tiles, the NEON build's kernels):
-# part of a build's digest.
+# Files SOURCE includes (the AVX2 build's 8-lane VNNI tiles, the NEON build's kernels,
+# the load's repacking): part of a build's digest.
 INCLUDED = [
-    Path(__file__).with_name(name) for name in ("cpu_kernels_vnni256.inc", "cpu_kernels_neon.h")
+    Path(__file__).with_name(name)
+    for name in ("cpu_kernels_vnni256.inc", "cpu_kernels_neon.h", "cpu_kernels_repack.inc")
 ]
 PREBUILT_DIR = Path(__file__).with_name("_cpu_ext")
 CPUINFO = "/proc/cpuinfo"  # where Linux lists what the CPU has

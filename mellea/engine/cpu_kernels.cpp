@@ -1463,3 +1463,5 @@ MELLEA_LIBRARY(MELLEA_CPU_NS, m) {
   m.def("int8_vnni_linear(Tensor x, Tensor qweight, Tensor wsum, Tensor scale, int n) -> Tensor");
   m.impl("int8_vnni_linear", c10::DispatchKey::CPU, TORCH_FN(int8_vnni_linear));
 }
+
+#include "cpu_kernels_repack.inc"

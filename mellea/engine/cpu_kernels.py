@@ -320,3 +320,33 @@ def rope_store_kv(
     rows into the caches at ``slots`` (the PyTorch path's complex multiply and two
     ``index_copy_``)."""
     _ops().rope_store_kv(qkv, torch.view_as_real(rope), k_cache, v_cache, slots, heads, kv_heads)
+
+
+def tile_int4_weights(
+    packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`mellea.engine.quant.tile_groups` in one pass of C++ (the same bytes; the
+    load's repacking, not a kernel of the step). Call :func:`available` first."""
+    return _ops().tile_int4_weights(packed.contiguous(), scales.contiguous(), mins.contiguous())
+
+
+def tile_int8_weights(
+    q: torch.Tensor, scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`mellea.engine.quant.tile_rows` in one pass of C++ (the same bytes). Call
+    :func:`available` first."""
+    return _ops().tile_int8_weights(q.contiguous(), scale.float().contiguous())
+
+
+def q4_k_groups(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Q4_K tensor's bytes [rows, row bytes] (uint8) as int4 groups, the same bytes as
+    :func:`mellea.engine.gguf_blocks.to_int4` gives, in one pass of C++. Call
+    :func:`available` first."""
+    return _ops().q4_k_groups(raw.contiguous())
+
+
+def gguf_int8_rows(raw: torch.Tensor, k_quant: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A Q6_K (``k_quant``) or Q8_0 tensor's bytes [rows, row bytes] (uint8) as per-row
+    int8 and scales: :func:`mellea.engine.quant.quantize_rows` of its exact values, the
+    same bytes, in one pass of C++ with no float32 copy. Call :func:`available` first."""
+    return _ops().gguf_int8_rows(raw.contiguous(), int(k_quant))

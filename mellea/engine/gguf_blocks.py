@@ -10,8 +10,11 @@ What each format becomes (see docs/engine.md, "Loading"):
   ``-dmin * m`` rounded to fp16: exact where those products fit fp16's 11 bits, else
   off by at most half an fp16 step of each (a relative 2**-11).
 * Every other type (``Q8_0``, ``Q5_K``, ``Q6_K``, ``F16``, ``BF16``, ``F32``, ...) is
-  widened to float32 exactly, one tensor at a time, by the ``gguf`` package's reference
-  dequantizer; the engine then stores it in the format being served.
+  widened to float32 exactly, a few thousand rows at a time (through
+  :class:`Int8Blocks` where the type has that form, else by the ``gguf`` package's
+  reference dequantizer); the engine then stores it in the format being served:
+  served in int4 or int8, such a layer is int8 per output row, requantized from
+  those float32 rows chunk by chunk (so not the file's values exactly).
 
 Tables read a row at a time (the token embedding, and an LM head's exact rows) are
 kept as :class:`Int8Blocks` where the type allows (:data:`INT8_BLOCK_TYPES`): the
@@ -90,17 +93,23 @@ def _q4_k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _q4_k_to_int4(b: np.ndarray) -> Int4Groups:
     """Q4_K blocks [rows, n, 144] -> int4 groups (8 per block)."""
     rows, n = b.shape[:2]
-    d = _fp16(b, 0).astype(np.float32)[..., None]
-    dmin = _fp16(b, 2).astype(np.float32)[..., None]
-    sc, mn = _q4_k_scales(b[..., 4:16])
-    scales = (d * sc.astype(np.float32)).astype(np.float16)  # exact in fp32, rounded here
-    mins = (-(dmin * mn.astype(np.float32))).astype(np.float16)
+    scales, offsets = _k_scales(b)  # exact in fp32, rounded to fp16 here
     # 128 bytes of nibbles: for each 64 elements, 32 bytes whose low nibbles are the
-    # first sub-block of 32 and high nibbles the second, element by element.
-    qs = b[..., 16:].reshape(rows, n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(2, 1)
-    q = (qs & 0x0F).reshape(rows, n * 8, 32)
-    packed = q[..., :16] | (q[..., 16:] << 4)
-    return Int4Groups(packed.reshape(rows, -1), scales.reshape(rows, -1), mins.reshape(rows, -1))
+    # first sub-block of 32 and high nibbles the second, element by element. Ours
+    # packs element j of a group with element j + 16, so in 8-byte words (x: bytes
+    # 0-15 of the 32, y: bytes 16-31) the first group is x's low nibbles below y's,
+    # the second x's high nibbles below y's: four word-wide operations, not byte-wise.
+    words = np.ascontiguousarray(b[..., 16:]).view(np.uint64).reshape(rows, n, 4, 2, 2)
+    x, y = words[..., 0, :], words[..., 1, :]
+    low = np.uint64(0x0F0F0F0F0F0F0F0F)
+    packed = np.empty((rows, n, 4, 2, 2), np.uint64)  # [.., 64 elements, group, word]
+    np.bitwise_or(x & low, (y & low) << np.uint64(4), out=packed[..., 0, :])
+    np.bitwise_or((x >> np.uint64(4)) & low, y & ~low, out=packed[..., 1, :])
+    return Int4Groups(
+        packed.view(np.uint8).reshape(rows, -1),
+        scales.astype(np.float16).reshape(rows, -1),
+        offsets.astype(np.float16).reshape(rows, -1),
+    )
 
 
 class Int8Blocks(NamedTuple):
@@ -121,6 +130,7 @@ INT8_BLOCK_TYPES = frozenset(
         GGMLQuantizationType.Q4_0,
         GGMLQuantizationType.Q4_1,
         GGMLQuantizationType.Q4_K,
+        GGMLQuantizationType.Q5_K,
         GGMLQuantizationType.Q6_K,
         GGMLQuantizationType.Q8_0,
     }
@@ -133,8 +143,17 @@ def _nibbles(packed: np.ndarray) -> np.ndarray:
     return np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.int8)
 
 
+def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A Q4_K or Q5_K block's per-32 scales ``d * sc`` and offsets ``-dmin * m``, in
+    fp32 as the reference dequantizer computes them [rows, n, 8]."""
+    d = _fp16(b, 0).astype(np.float32)[..., None]
+    dmin = _fp16(b, 2).astype(np.float32)[..., None]
+    sc, mn = _q4_k_scales(b[..., 4:16])
+    return d * sc.astype(np.float32), -(dmin * mn.astype(np.float32))
+
+
 def to_int8_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> Int8Blocks:
-    """A Q4_0, Q4_1, Q4_K, Q6_K or Q8_0 tensor's bytes [rows, row bytes] as
+    """A Q4_0, Q4_1, Q4_K, Q5_K, Q6_K or Q8_0 tensor's bytes [rows, row bytes] as
     :class:`Int8Blocks` (``ValueError`` for other types)."""
     b = blocks(raw, qtype)
     rows, n = b.shape[:2]
@@ -150,13 +169,17 @@ def to_int8_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> Int8Blocks:
         offsets, q = _fp16(b, 2).astype(np.float32), _nibbles(b[..., 4:])
     elif qtype == GGMLQuantizationType.Q4_K:
         block = 32
-        d = _fp16(b, 0).astype(np.float32)[..., None]
-        dmin = _fp16(b, 2).astype(np.float32)[..., None]
-        sc, mn = _q4_k_scales(b[..., 4:16])
-        scales = d * sc.astype(np.float32)  # the dequantizer's d * q - dmin * m
-        offsets = -(dmin * mn.astype(np.float32))
+        scales, offsets = _k_scales(b)  # the dequantizer's d * q - dmin * m
         qs = b[..., 16:].reshape(rows, n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(2, 1)
         q = (qs & 0x0F).astype(np.int8)
+    elif qtype == GGMLQuantizationType.Q5_K:
+        # Q4_K's scales, then 32 bytes whose bit j is the fifth bit of sub-block j's
+        # values, then Q4_K's 128 bytes of nibbles.
+        block = 32
+        scales, offsets = _k_scales(b)
+        qs = b[..., 48:].reshape(rows, n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(2, 1)
+        qh = b[..., 16:48].reshape(rows, n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(8, 1)
+        q = ((qs & 0x0F).reshape(rows, n, 8, 32) | ((qh & 0x01) << 4)).astype(np.int8)
     elif qtype == GGMLQuantizationType.Q6_K:
         block = 16  # 128 bytes of low nibbles, 64 of high 2 bits, 16 int8 scales, fp16 d
         ql = b[..., :128].reshape(rows, n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(2, 1)
@@ -173,6 +196,17 @@ def to_int8_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> Int8Blocks:
         return np.ascontiguousarray(values).reshape(rows, -1)
 
     return Int8Blocks(flat(q), flat(scales), None if offsets is None else flat(offsets), block)
+
+
+def widen(held: Int8Blocks) -> np.ndarray:
+    """:class:`Int8Blocks` as float32 [rows, K]: ``q * scale (+ offset)`` in fp32, the
+    reference dequantizer's values bit for bit (one copy of the blocks in float32)."""
+    rows, k = held.q.shape
+    values = held.q.reshape(rows, -1, held.block).astype(np.float32)
+    values *= held.scales[..., None]
+    if held.offsets is not None:
+        values += held.offsets[..., None]
+    return values.reshape(rows, k)
 
 
 def to_float32(raw: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:

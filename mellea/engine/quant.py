@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -488,6 +489,17 @@ TILE = 16  # tiled int4/int8 weights: output rows per tile (one AVX-512 vector o
 def tile_groups(
     packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`tile_groups_torch`'s layout, in one pass of C++ where the kernels run
+    (``cpu_kernels.tile_int4_weights``: the same bytes, about a tenth of the load's
+    time for a 1.7B model's int4 layers)."""
+    if cpu_kernels.available():
+        return cpu_kernels.tile_int4_weights(packed, scales, mins)
+    return tile_groups_torch(packed, scales, mins)
+
+
+def tile_groups_torch(
+    packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`quantize_groups`' output in the layout of ``cpu_kernels.int4_vnni_linear``:
     tiles of :data:`TILE` rows (the last padded with zero rows), each group of a tile
     256 bytes in which byte ``4 j + b`` of part ``s`` holds element ``8 s + b`` of row
@@ -536,19 +548,39 @@ def tile_groups(
 def tile_rows(
     q: torch.Tensor, scale: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`tile_rows_torch`'s layout, in one pass of C++ where the kernels run
+    (``cpu_kernels.tile_int8_weights``, the same bytes)."""
+    if cpu_kernels.available():
+        return cpu_kernels.tile_int8_weights(q, scale)
+    return tile_rows_torch(q, scale)
+
+
+def tile_rows_torch(
+    q: torch.Tensor, scale: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`quantize_rows`' output in the layout of ``cpu_kernels.int8_vnni_linear``:
     tiles of :data:`TILE` rows (the last padded with zero rows), each group of 32 along
     the input 512 bytes in which part ``u`` (64 bytes) holds bytes ``4 u`` to ``4 u + 3``
     of each of the tile's rows' group; the weights' sum per row and group [tiles,
     groups, 16] int32 (the kernel's correction for its unsigned activations); the
-    scales padded to [tiles * 16]."""
+    scales padded to [tiles * 16].
+
+    Moves 4-byte words, not bytes (part ``u`` of a row's group is one word of the row),
+    and sums each group in the rows' own order: 4x fewer elements to transpose, and a
+    contiguous reduction (byte-wise, this was most of a Q4_K_M file's int8 layers' load)."""
+    q = q.contiguous()
     n, k = q.shape
     tiles, groups = -(-n // TILE), k // GROUP
-    padded = F.pad(q, (0, 0, 0, tiles * TILE - n))
-    blocks = padded.reshape(tiles, TILE, groups, 8, 4)  # [tile, row, group, part, byte]
-    qweight = blocks.permute(0, 2, 3, 1, 4).reshape(tiles, groups, 8, 64).contiguous()
-    wsum = blocks.sum(dim=(3, 4), dtype=torch.int32).transpose(1, 2).contiguous()
-    return qweight, wsum, F.pad(scale.float(), (0, tiles * TILE - n)).contiguous()
+    pad = tiles * TILE - n
+    words = q.view(torch.int32).view(n, groups, 8)  # [row, group, part]
+    wsum = torch.from_numpy(q.numpy().reshape(n, groups, GROUP).sum(-1, dtype=np.int32))
+    if pad:
+        words = F.pad(words, (0, 0, 0, 0, 0, pad))
+        wsum = F.pad(wsum, (0, 0, 0, pad))
+    tiled = words.view(tiles, TILE, groups, 8).permute(0, 2, 3, 1).contiguous()
+    qweight = tiled.view(torch.int8).view(tiles, groups, 8, 64)
+    wsum = wsum.view(tiles, TILE, groups).transpose(1, 2).contiguous()
+    return qweight, wsum, F.pad(scale.float(), (0, pad)).contiguous()
 
 
 class Int4Linear(nn.Module):

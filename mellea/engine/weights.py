@@ -15,6 +15,7 @@ which sends the model to the transformers fallback.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,11 @@ class _SafetensorsTensor:
     def int4(self) -> None:
         return None  # float checkpoints hold no int4 groups
 
+    def int8_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        from mellea.engine.quant import quantize_rows
+
+        return quantize_rows(self.tensor())
+
 
 class _GGUFTensor:
     """A GGUF tensor (see :class:`~mellea.engine.gguf_file.GGUFTensor`) as a piece."""
@@ -94,16 +100,80 @@ class _GGUFTensor:
         return torch.from_numpy(self.inner.float32())
 
     def int4(self) -> Any:
+        """The tensor as int4 groups where its block format maps onto them, else None;
+        a Q4_K tensor in one pass of C++ where the kernels run (the same bytes)."""
+        from mellea.engine import cpu_kernels
+        from mellea.engine.gguf_blocks import Int4Groups
+
+        raw = self._raw_in_cpp(("Q4_K",))
+        if raw is not None:
+            return Int4Groups(*(part.numpy() for part in cpu_kernels.q4_k_groups(raw)))
         return self.inner.int4()
+
+    def _raw_in_cpp(self, types: tuple[str, ...]) -> torch.Tensor | None:
+        """The matrix's bytes as a uint8 tensor (the file's pages, not copied) where its
+        type is one of ``types`` and the C++ kernels run; else None."""
+        from mellea.engine import cpu_kernels
+
+        inner = self.inner
+        if inner.qtype.name not in types or len(inner.shape) != 2 or inner.offset:
+            return None
+        if not cpu_kernels.available():
+            return None
+        with warnings.catch_warnings():  # the file's bytes are read only, as they stay
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(np.ascontiguousarray(inner.raw))
 
     def int8_blocks(self) -> Any:
         return self.inner.int8_blocks()
+
+    def int8_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`~mellea.engine.quant.quantize_rows` of the float32 values, computed a
+        chunk of rows at a time (rows are quantized independently, so the result is the
+        same bytes as for the whole float32 tensor, which never exists)."""
+        from mellea.engine.quant import quantize_rows
+
+        if len(self.shape) != 2 or self.inner.offset:
+            return quantize_rows(self.tensor())
+        raw = self._raw_in_cpp(_ONE_PRODUCT)
+        if raw is not None:
+            from mellea.engine import cpu_kernels
+
+            return cpu_kernels.gguf_int8_rows(raw, self.inner.qtype.name == "Q6_K")
+        rows, cols = self.shape
+        q = torch.empty(rows, cols, dtype=torch.int8)
+        scale = torch.empty(rows, dtype=torch.float32)
+        first = 0
+        for chunk in self.inner.float32_chunks(_chunk_rows(cols)):
+            end = first + len(chunk)
+            q[first:end], scale[first:end] = quantize_rows(torch.from_numpy(chunk))
+            first = end
+        return q, scale
 
     def copy_into(self, dest: torch.Tensor) -> None:
         self.inner.copy_into(dest)
 
     def release(self) -> None:
         self.inner.release()
+
+
+# Block formats whose values are one product (no offset): C++ requantizes them per row.
+_ONE_PRODUCT = ("Q6_K", "Q8_0")
+
+# Rows widened to float32 at a time for requantizing: about 1 MB of float32 (a chunk
+# and its temporaries stay in the CPU's caches, and fresh memory is not page-faulted in
+# for a whole tensor).
+_CHUNK_ELEMENTS = 1 << 18
+
+
+def _chunk_rows(cols: int) -> int:
+    return max(1, _CHUNK_ELEMENTS // cols)
+
+
+def _to_empty(module: nn.Module, device: torch.device) -> nn.Module:
+    """``module.to_empty(device=device)`` without its meta-tensor path (torch's Python
+    reference of ``empty_like``, which imports sympy: 1.3 s of every start)."""
+    return module._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
 
 
 def _checkpoint(model_dir: Path, hf_names: list[str], cfg: ModelConfig) -> Iterator[tuple]:
@@ -154,7 +224,7 @@ def load_weights(
     the weight format ``fmt`` (see :mod:`mellea.engine.quant`; on CPU). ``qkv_rows``
     reorders the first rows of each fused q/k/v projection (the CPU path's rotary order).
     """
-    from mellea.engine.quant import Int4Linear, linear_layer
+    from mellea.engine.quant import Int4Linear, Int8Linear, linear_layer
 
     model_dir = Path(model_dir)
     device = device or torch.device("cpu")
@@ -166,7 +236,7 @@ def load_weights(
     }
     for name in deferred:
         model.set_submodule(name, nn.Identity())
-    model.to_empty(device=device)
+    _to_empty(model, device)
     pending = {name: _Pending(module) for name, module in deferred.items()}
     params = dict(model.named_parameters())
     filled = dict.fromkeys(params, 0)  # rows loaded per parameter
@@ -180,12 +250,14 @@ def load_weights(
         if fmt == "int4" and quantized and all(g is not None for g in groups):
             bias = _assemble(job, "bias", rows)
             return Int4Linear(None, bias, groups=_int4_groups(groups, rows))
-        weight = _assemble(job, "weight", rows)
         bias = _assemble(job, "bias", rows)
+        # A GGUF tensor that int4 cannot hold (Q6_K, Q8_0, ...) keeps 8 bits.
+        if quantized and (fmt == "int8" or (fmt == "int4" and is_gguf)):
+            return Int8Linear(None, bias, rows=_int8_rows(job, rows))
+        weight = _assemble(job, "weight", rows)
         if quantized:
-            # A GGUF tensor that int4 cannot hold (Q6_K, Q8_0, ...) keeps 8 bits.
-            return linear_layer(weight, bias, "int8" if fmt == "int4" and is_gguf else fmt)
-        module = job.module.to_empty(device=device)
+            return linear_layer(weight, bias, fmt)
+        module = _to_empty(job.module, device)
         module.weight.copy_(weight)
         if bias is not None:
             module.bias.copy_(bias)
@@ -272,6 +344,19 @@ def _assemble(job: _Pending, kind: str, rows: torch.Tensor | None) -> torch.Tens
     if rows is not None:
         whole[: rows.numel()] = whole[rows]
     return whole
+
+
+def _int8_rows(job: _Pending, rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A pending layer's weight as per-row int8 (``quantize_rows``' output for the whole
+    weight, ``rows`` reordered), each piece quantized on its own: no float32 copy of it."""
+    parts = [piece.int8_rows() for _, piece in sorted(job.pieces["weight"], key=_first)]
+    q, scale = (
+        parts[0] if len(parts) == 1 else tuple(torch.cat(p) for p in zip(*parts, strict=True))
+    )
+    if rows is not None:
+        q[: rows.numel()] = q[rows]
+        scale[: rows.numel()] = scale[rows]
+    return q, scale
 
 
 def _int4_groups(groups: list[Any], rows: torch.Tensor | None) -> tuple[torch.Tensor, ...]:

@@ -134,17 +134,25 @@ def test_bundled_models_groups_are_what_requantizing_its_float32_gave():
     assert seen == 210
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q6_K], ids=lambda t: t.name)
+BLOCK_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+
+
+def sample(qtype: Q, rows: int, cols: int, seed: int = 3) -> np.ndarray:
+    """A tensor's bytes in ``qtype``: random K-quant blocks (gguf cannot quantize to
+    them), else gguf's quantization of normal weights."""
+    if qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+        return random_k_blocks(qtype, rows, cols, seed=seed)
+    weight = np.random.default_rng(seed).normal(0, 0.05, (rows, cols)).astype(np.float32)
+    return quantize(weight, qtype)
+
+
+@pytest.mark.parametrize("qtype", BLOCK_TYPES, ids=lambda t: t.name)
 def test_int8_blocks_widen_to_the_reference_bit_for_bit(qtype):
     """A table kept as int8 blocks (the embedding of a quantized GGUF) widens, row by
     row, to exactly what the gguf package's dequantizer gives."""
     from mellea.engine.block_table import BlockTable
 
-    if qtype in (Q.Q4_K, Q.Q6_K):
-        raw = random_k_blocks(qtype, 40, 512, seed=3)
-    else:
-        weight = np.random.default_rng(2).normal(0, 0.05, (40, 512)).astype(np.float32)
-        raw = quantize(weight, qtype)
+    raw = sample(qtype, 40, 512)
     reference = torch.from_numpy(dequantize(raw, qtype))
     held = gguf_blocks.to_int8_blocks(raw, qtype)
     assert held.q.dtype == np.int8 and held.q.shape == reference.shape
@@ -153,9 +161,63 @@ def test_int8_blocks_widen_to_the_reference_bit_for_bit(qtype):
     assert torch.equal(table.dequantized(), reference)
     ids = torch.tensor([[7, 0], [39, 7]])
     assert torch.equal(table(ids), reference[ids])
+    # The NumPy widening the loader uses gives the same bits.
+    assert np.array_equal(gguf_blocks.widen(held), reference.numpy())
+
+
+def test_q5_k_fifth_bit_is_ggmls():
+    """Random bytes would hide a wrong bit order in the mean; one marked element: bit 3
+    of high-bit byte 9 is the fifth bit of element 9 of sub-block 3."""
+    raw = random_k_blocks(Q.Q5_K, 1, 256, seed=5)
+    blocks = raw.reshape(1, 1, 176)
+    blocks[..., 4:16] = 0x01  # every 6-bit scale 1 and minimum 1 (and their high bits 0)
+    blocks[..., 16:] = 0
+    blocks[0, 0, 16 + 9] = 1 << 3
+    raw = blocks.reshape(1, -1)
+    held = gguf_blocks.to_int8_blocks(raw, Q.Q5_K)
+    assert np.flatnonzero(held.q).tolist() == [3 * 32 + 9] and held.q.max() == 16
+    assert np.array_equal(gguf_blocks.widen(held), dequantize(raw, Q.Q5_K))
 
 
 def test_types_without_an_int8_block_form_are_refused():
-    raw = random_k_blocks(Q.Q5_K, 4, 256)
-    with pytest.raises(ValueError, match="Q5_K"):
-        gguf_blocks.to_int8_blocks(raw, Q.Q5_K)
+    raw = np.random.default_rng(0).integers(0, 256, (4, 84), dtype=np.uint8)  # one Q2_K block
+    with pytest.raises(ValueError, match="Q2_K"):
+        gguf_blocks.to_int8_blocks(raw, Q.Q2_K)
+
+
+def gguf_tensor(raw: np.ndarray, qtype: Q, cols: int):
+    from mellea.engine.gguf_file import GGUFTensor
+
+    return GGUFTensor("blk.0.ffn_down.weight", qtype, (raw.shape[0], cols), raw)
+
+
+@pytest.mark.parametrize("qtype", [*BLOCK_TYPES, Q.F16, Q.BF16, Q.F32], ids=lambda t: t.name)
+def test_float32_chunks_are_the_reference_bit_for_bit(qtype):
+    if qtype in (Q.F16, Q.F32, Q.BF16):
+        weight = np.random.default_rng(6).normal(0, 1, (23, 512)).astype(np.float32)
+        raw = weight if qtype == Q.F32 else quantize(weight, qtype)
+    else:
+        raw = sample(qtype, 23, 512)
+    chunks = list(gguf_tensor(raw, qtype, 512).float32_chunks(rows=5))
+    assert [len(c) for c in chunks] == [5, 5, 5, 5, 3]
+    assert all(c.dtype == np.float32 and c.flags.writeable for c in chunks)
+    assert np.array_equal(np.concatenate(chunks), dequantize(raw, qtype).reshape(23, 512))
+
+
+@pytest.mark.parametrize("cpp", [True, False], ids=["cpp-where-it-runs", "numpy"])
+@pytest.mark.parametrize("qtype", BLOCK_TYPES, ids=lambda t: t.name)
+def test_int8_rows_are_quantize_rows_of_the_reference_bit_for_bit(qtype, cpp, monkeypatch):
+    """A GGUF layer served in int8 (a Q4_K_M file's Q6_K tensors) is requantized a
+    chunk of rows at a time (or in C++, for Q6_K and Q8_0 where the kernels run): the
+    same bytes as quantizing the whole float32 tensor."""
+    from mellea.engine import weights
+    from mellea.engine.quant import quantize_rows
+
+    if not cpp:
+        monkeypatch.setattr(weights, "_ONE_PRODUCT", ())
+    monkeypatch.setattr(weights, "_CHUNK_ELEMENTS", 7 * 512)  # chunks of 7 rows: 40 = 5*7+5
+    raw = sample(qtype, 40, 512)
+    q, scale = weights._GGUFTensor(gguf_tensor(raw, qtype, 512)).int8_rows()
+    want_q, want_scale = quantize_rows(torch.from_numpy(dequantize(raw, qtype)))
+    assert q.dtype == torch.int8 and torch.equal(q, want_q)
+    assert torch.equal(scale, want_scale)

@@ -269,6 +269,37 @@ def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
     assert isinstance(ours.lm_head, RefinedHead)
 
 
+def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch):
+    """Loading a Q4_K_M-like file at int4 never widens a whole matrix to float32: its
+    int8 layers are requantized a chunk of rows at a time, into the same bytes as
+    quantizing the whole float32 weight (the file's values, rows in the CPU order)."""
+    from mellea.engine import weights
+    from mellea.engine.gguf_file import GGUFTensor
+    from mellea.engine.quant import quantize_rows
+
+    meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
+    cfg = ModelConfig.from_dir(meta)
+    whole = GGUFTensor.float32
+
+    def no_matrices(self):
+        assert len(self.shape) == 1, f"{self.name} widened to float32 as a whole"
+        return whole(self)
+
+    monkeypatch.setattr(GGUFTensor, "float32", no_matrices)
+    monkeypatch.setattr(weights, "_CHUNK_ELEMENTS", 100 * HIDDEN)  # chunks that split
+    ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights="int4")
+    monkeypatch.setattr(GGUFTensor, "float32", whole)
+    hf = hf_model(meta)
+    rows = qkv_row_order(cfg)
+    for i in range(LAYERS):
+        qkv = ours.layers[i].self_attn.qkv_proj
+        assert isinstance(qkv, Int8Linear)
+        expected = hf_qkv(hf, i)
+        expected[: rows.numel()] = expected[rows]
+        q, scale = quantize_rows(expected)
+        assert torch.equal(qkv.rows(), q) and torch.equal(qkv.scale, scale)
+
+
 def test_only_metadata_is_cached(tiny_gguf):
     path = tiny_gguf("llama", Q.Q4_1)
     meta = resolve_model(str(path))

@@ -39,3 +39,27 @@ def test_tile_groups_follows_its_documented_layout():
                 assert torch.equal(tiled_scales[t, :, j], want)
                 want = mins[row] if row < n else torch.zeros(k // GROUP).half()
                 assert torch.equal(tiled_mins[t, :, j], want)
+
+
+def test_tile_rows_follows_its_documented_layout():
+    from mellea.engine.quant import tile_rows
+
+    torch.manual_seed(1)
+    n, k = 37, 2 * GROUP  # a padded last tile
+    q = torch.randint(-127, 128, (n, k), dtype=torch.int8)
+    scale = torch.rand(n) + 0.5
+    qweight, wsum, tiled_scale = tile_rows(q, scale)
+    tiles = -(-n // TILE)
+    assert qweight.shape == (tiles, k // GROUP, 8, 64) and qweight.dtype == torch.int8
+    assert wsum.shape == (tiles, k // GROUP, TILE) and wsum.dtype == torch.int32
+    for t in range(tiles):
+        for j in range(TILE):
+            row = t * TILE + j
+            for g in range(k // GROUP):
+                for u in range(8):
+                    for b in range(4):
+                        want = int(q[row, g * GROUP + 4 * u + b]) if row < n else 0
+                        assert int(qweight[t, g, u, 4 * j + b]) == want
+                want = int(q[row, g * GROUP : (g + 1) * GROUP].sum()) if row < n else 0
+                assert int(wsum[t, g, j]) == want
+            assert float(tiled_scale[t * TILE + j]) == (float(scale[row]) if row < n else 0.0)
