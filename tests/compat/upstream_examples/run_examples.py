@@ -88,7 +88,7 @@ KNOWN_CAUSES = [
     ),
     (
         re.compile(r"Expected tool_calls but got None"),
-        "the model made no tool call in its tries; the example requires one",
+        "the model made no tool call in its tries, and the example requires one",
     ),
     (
         re.compile(r"assert .* in code\b"),
@@ -230,15 +230,17 @@ def render_table(corpus: dict, results: dict) -> str:
 def _failure_summary(results: dict, examples: list[dict]) -> str:
     failed = [results[e["path"]] for e in examples if e["path"] in results]
     failed = [r for r in failed if not r["ran"]]
-    if not failed:
+    causes = [
+        meaning
+        for _, meaning in KNOWN_CAUSES
+        if any(r["reason"].endswith(f"({meaning})") for r in failed)
+    ]
+    known = sum(1 for r in failed if any(r["reason"].endswith(f"({c})") for c in causes))
+    if not known:
         return ""
-    known = sum(1 for r in failed if r["reason"].endswith(")") and "(" in r["reason"])
     return (
         f" {known} of the {len(failed)} that did not finish failed on the model's answer "
-        "(the cause is named in its row: a structured answer the 135M model ran past the "
-        "token limit, no tool call, code that does not do what the example checks)."
-        if known
-        else ""
+        f"(the cause is named in its row: {'; '.join(causes)})."
     )
 
 
