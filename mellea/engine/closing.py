@@ -23,8 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-ZONE = 16  # check every token once the tokens left are within this of the path's length
-REFRESH = 8  # farther away, re-estimate the path's length every this many tokens
+ZONE = 64  # check every token once the tokens left are within this of the path's length
+# Farther away, re-estimate the path's length every REFRESH tokens. A token can lengthen
+# the path by many (opening an object whose required members all follow), so the zone
+# is wide enough for several such openings between two estimates.
+REFRESH = 8
 SEARCH_LIMIT = 256  # a closing path longer than this is not looked for
 
 # What to try, in order, when the grammar forces nothing. Outside a string: close an

@@ -91,6 +91,7 @@ def scripted_run(compiler, tokenizer, model: type[BaseModel], max_tokens: int, s
         tokens, _ = sample(logits, build_sampling_batch([seq], vocab))
         reason = seq.append(int(tokens[0]))
         if reason is not None:
+            assert seq.constraint.closed_by_budget  # the source alone never closes
             return seq.output_ids, reason
 
 
