@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from mellea.engine.closing import BudgetGuard, ClosingTokens
+
 
 class GrammarError(ValueError):
     """The grammar (e.g. a JSON schema) cannot be compiled."""
@@ -176,6 +178,7 @@ class ConstraintCompiler:
     def __init__(self, tokenizer: Any, vocab_size: int) -> None:
         self._hf_tokenizer = tokenizer
         self._ll_tokenizer: Any = None
+        self._closing: ClosingTokens | None = None
         self.vocab_size = vocab_size
 
     def matcher(self, grammar: str) -> Constraint:
@@ -185,23 +188,50 @@ class ConstraintCompiler:
 
         if self._ll_tokenizer is None:
             self._ll_tokenizer = llguidance.hf.from_tokenizer(self._hf_tokenizer)
+            self._closing = ClosingTokens(self._ll_tokenizer)
         matcher = llguidance.LLMatcher(self._ll_tokenizer, grammar)
         error = matcher.get_error()
         if error:
             raise GrammarError(f"the grammar does not compile: {error}")
-        return Constraint(matcher, self._ll_tokenizer.vocab_size)
+        assert self._closing is not None
+        return Constraint(matcher, self._ll_tokenizer.vocab_size, BudgetGuard(self._closing))
 
 
 class Constraint:
-    """One sequence's grammar state: which tokens may come next, and what was accepted."""
+    """One sequence's grammar state: which tokens may come next, and what was accepted.
 
-    def __init__(self, matcher: Any, grammar_vocab: int) -> None:
+    With a ``guard``, :meth:`within_budget` keeps the answer able to close before its
+    token limit (:mod:`mellea.engine.closing`).
+    """
+
+    def __init__(self, matcher: Any, grammar_vocab: int, guard: BudgetGuard | None = None) -> None:
         self.matcher = matcher
         self.grammar_vocab = grammar_vocab
+        self.guard = guard
 
     def accept(self, token: int) -> bool:
         """Advance past ``token``; False if the grammar did not allow it."""
-        return bool(self.matcher.consume_token(token))
+        ok = bool(self.matcher.consume_token(token))
+        if ok and self.guard is not None:
+            self.guard.accepted(token)
+        return ok
+
+    def budget_due(self, produced: int, max_tokens: int) -> bool:
+        """Whether the next token (after ``produced`` of ``max_tokens``) must be checked
+        by :meth:`within_budget`; cheap, so the sampler asks it every step."""
+        return self.guard is not None and self.guard.due(produced, max_tokens)
+
+    def within_budget(self, token: int, produced: int, max_tokens: int) -> int:
+        """``token``, or the token to use instead so that the answer still closes
+        within ``max_tokens`` (the grammar's state is not advanced)."""
+        if self.guard is None:
+            return token
+        return self.guard.choose(self.matcher, token, produced, max_tokens)
+
+    @property
+    def closed_by_budget(self) -> bool:
+        """Whether the budget replaced some sampled token to close the answer in time."""
+        return self.guard is not None and self.guard.closed
 
 
 def mask_logits(logits: torch.Tensor, constraints: list[Constraint | None]) -> None:

@@ -238,9 +238,21 @@ def _token_logprobs(
 
 
 def pick_tokens(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """fp32 logits [B, V] -> next token ids [B] (long); may modify ``logits`` in place."""
-    if batch.constraints is not None:
-        mask_logits(logits, batch.constraints)
+    """fp32 logits [B, V] -> next token ids [B] (long); may modify ``logits`` in place.
+
+    A constrained row's token is one its grammar allows and, near the row's token
+    limit, one after which the answer can still close in time (budget-aware closing).
+    """
+    if batch.constraints is None:
+        return _pick(logits, batch)
+    mask_logits(logits, batch.constraints)
+    tokens = _pick(logits, batch)
+    if batch.seqs is not None:
+        keep_within_budget(tokens, batch.constraints, batch.seqs)
+    return tokens
+
+
+def _pick(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     if batch.all_greedy:
         if logits.device.type == "cpu" and cpu_kernels.available():
             return cpu_kernels.top_k(logits, 1)[1][:, 0]  # the first maximum, as below
@@ -270,6 +282,20 @@ def pick_tokens(logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
         rows = torch.tensor(unseeded, device=logits.device)
         tokens[rows] = torch.multinomial(probs[rows], 1).squeeze(1)
     return tokens
+
+
+def keep_within_budget(
+    tokens: torch.Tensor, constraints: list[Constraint | None], seqs: list[Sequence]
+) -> None:
+    """Replace, in place, each constrained row's token that would leave its answer
+    unable to close within its sequence's ``max_tokens`` (see :mod:`mellea.engine.closing`)."""
+    for row, (constraint, seq) in enumerate(zip(constraints, seqs, strict=True)):
+        if constraint is None or not constraint.budget_due(seq.num_output, seq.max_tokens):
+            continue
+        picked = int(tokens[row])
+        chosen = constraint.within_budget(picked, seq.num_output, seq.max_tokens)
+        if chosen != picked:
+            tokens[row] = chosen
 
 
 def _on_device(batch: SamplingBatch, device: torch.device) -> SamplingBatch:

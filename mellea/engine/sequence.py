@@ -74,15 +74,19 @@ class Sequence:
         """Add a sampled token; why it ends the sequence, if it does.
 
         ``"stop"`` for a stop token or EOS (or, which the grammar mask rules out, a token
-        the grammar refuses), ``"length"`` at ``max_tokens``. Stop strings are text:
+        the grammar refuses), ``"length"`` at ``max_tokens`` or when the budget closed
+        a constrained answer (:mod:`mellea.engine.closing`). Stop strings are text:
         the output side (:mod:`mellea.engine.output`) finds those.
         """
         self.token_ids.append(token)
         reason = (
             self.stop_checker.check_token(token, self.num_output) if self.stop_checker else None
         )
-        if self.constraint is not None and not self.constraint.accept(token) and reason is None:
-            reason = "stop"  # cannot happen with the mask applied; never run off-grammar
+        if self.constraint is not None:
+            if not self.constraint.accept(token) and reason is None:
+                reason = "stop"  # cannot happen with the mask applied; never run off-grammar
+            elif reason == "stop" and self.constraint.closed_by_budget:
+                reason = "length"  # the token budget, not the model, closed the answer
         return reason
 
     @property

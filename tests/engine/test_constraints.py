@@ -48,10 +48,10 @@ async def test_tiny_random_model_follows_the_schema(make_engine):
     ]
     results = await generate(engine, prompts, params)
     for _, text, last in results:
-        if last.finish_reason == "stop":
-            check_city(text)
-        else:  # the random model may ramble inside a string until max_tokens
-            assert last.finish_reason == "length"
+        # the random model may ramble inside a string until max_tokens: the budget
+        # then closes the answer, which is whole JSON all the same (issue 23)
+        assert last.finish_reason in ("stop", "length")
+        check_city(text)
     assert any(last.finish_reason == "stop" for _, _, last in results)
 
 
