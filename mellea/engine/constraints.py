@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from mellea.engine.closing import BudgetGuard, ClosingTokens
+from mellea.engine.budget_guard import BudgetGuard, ClosingTokens
 
 
 class GrammarError(ValueError):
@@ -201,7 +201,7 @@ class Constraint:
     """One sequence's grammar state: which tokens may come next, and what was accepted.
 
     With a ``guard``, :meth:`within_budget` keeps the answer able to close before its
-    token limit (:mod:`mellea.engine.closing`).
+    token limit (:mod:`mellea.engine.budget_guard`).
     """
 
     def __init__(self, matcher: Any, grammar_vocab: int, guard: BudgetGuard | None = None) -> None:

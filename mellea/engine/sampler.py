@@ -288,7 +288,7 @@ def keep_within_budget(
     tokens: torch.Tensor, constraints: list[Constraint | None], seqs: list[Sequence]
 ) -> None:
     """Replace, in place, each constrained row's token that would leave its answer
-    unable to close within its sequence's ``max_tokens`` (see :mod:`mellea.engine.closing`)."""
+    unable to close within its sequence's ``max_tokens`` (see :mod:`mellea.engine.budget_guard`)."""
     for row, (constraint, seq) in enumerate(zip(constraints, seqs, strict=True)):
         if constraint is None or not constraint.budget_due(seq.num_output, seq.max_tokens):
             continue

@@ -75,7 +75,7 @@ class Sequence:
 
         ``"stop"`` for a stop token or EOS (or, which the grammar mask rules out, a token
         the grammar refuses), ``"length"`` at ``max_tokens`` or when the budget closed
-        a constrained answer (:mod:`mellea.engine.closing`). Stop strings are text:
+        a constrained answer (:mod:`mellea.engine.budget_guard`). Stop strings are text:
         the output side (:mod:`mellea.engine.output`) finds those.
         """
         self.token_ids.append(token)

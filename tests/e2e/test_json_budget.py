@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.engine.conftest import make_tiny_llama
-from tests.engine.test_closing import Report, Small
+from tests.engine.test_budget_guard import Report, Small
 from tests.server import PROGRAMS, serve
 
 pytestmark = pytest.mark.e2e

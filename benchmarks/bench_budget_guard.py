@@ -1,6 +1,6 @@
 """What budget-aware closing costs: one constrained request, closing on and off.
 
-    python benchmarks/bench_closing.py [--max-tokens 256] [--runs 2]
+    python benchmarks/bench_budget_guard.py [--max-tokens 256] [--runs 2]
 
 On the default model, a JSON-schema request (nested objects, arrays, required
 members) at temperature 1 runs to its ``max_tokens`` twice, interleaved: with the
@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 
-from mellea.engine import closing
+from mellea.engine import budget_guard as closing
 from mellea.engine.constraints import json_schema_grammar
 from mellea.engine.types import SamplingParams
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from pydantic import BaseModel, Field
 
-from mellea.engine.closing import Lexical, closing_path
+from mellea.engine.budget_guard import Lexical, closing_path
 from mellea.engine.constraints import ConstraintCompiler, json_schema_grammar
 from mellea.engine.sampler import build_sampling_batch, sample
 from mellea.engine.sequence import Sequence
