@@ -86,7 +86,7 @@ async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
     best = dict.fromkeys(kinds, 0.0)
     for _ in range(args.rounds):
         for kind, add in kinds.items():
-            wait_for_quiet()
+            wait_for_quiet(args.quiet_wait)
             # Between steps (the engine is idle here), so no forward pass sees it change.
             model.set_path(own_path.layer_path if kind.endswith("op by op") else own_path)
             run = await stream_requests(add, pool.take(args.streams), params, args.streams, kind)
@@ -109,6 +109,9 @@ def main() -> None:
     parser.add_argument("--targets", default=",".join(TARGETS), help="modules adapted")
     parser.add_argument("--dtype", default="auto", help="the engine's weight format")
     parser.add_argument("--rounds", type=int, default=None, help="default: 3 (--quick: 1)")
+    parser.add_argument(
+        "--quiet-wait", type=float, default=60.0, help="seconds to wait for idle CPUs per run"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     args.max_tokens = 16 if args.quick else 64
