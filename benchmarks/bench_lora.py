@@ -3,13 +3,16 @@
 The default model gets ``--adapters`` random PEFT LoRAs (rank ``--rank`` on
 ``--targets``, by default every projection: q/k/v/o, gate/up/down), made here with
 ``peft``. Rounds alternate, in one engine, between runs of ``--streams`` concurrent
-greedy requests: all on the base model (with the fused decode layer, then op by op),
-all on one adapter, and each on a different adapter. The best round of
-each is kept; the ratios to the base-only run are what to read (the target: mixed
-within 1.3x of base-only, i.e. a ratio of at least 1/1.3 = 0.77).
+greedy requests: all on the base model, all on one adapter, and each on a different
+adapter, then the base and the mixed runs again op by op. The best round of each is
+kept, and the median over rounds of each round's ratio to its own base-only run
+(steadier where other work comes and goes); the ratios to base-only are what to read
+(the target: mixed within 1.3x of base-only, i.e. a ratio of at least 1/1.3 = 0.77).
 
-A step with any adapter token runs the model op by op: int4's fused C++ decode layer
-cannot add the deltas; "base, op by op" shows what leaving that path costs alone.
+With int4 weights on the C++ kernels, decode-only steps run each layer as one C++ op
+that adds the adapters' low-rank products itself (fp16 pairs, each adapter's rows
+together); the "op by op" runs take the layers' own path (LoRA by hooks on each
+projection, fp32 pairs) for comparison.
 
     python benchmarks/bench_lora.py            # 64 tokens, 3 rounds
     python benchmarks/bench_lora.py --quick    # 16 tokens, one round
@@ -21,6 +24,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import statistics
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -74,25 +78,39 @@ async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
     cycle = itertools.cycle(names)
     kinds = {
         "base": adding(lambda: None),
-        "base, op by op": adding(lambda: None),
         "one adapter": adding(lambda: names[0]),
         "mixed adapters": adding(lambda: next(cycle)),
+        "base, op by op": adding(lambda: None),
+        "mixed adapters, op by op": adding(lambda: next(cycle)),
     }
     model = engine.runner.model
+    own_path = model.path
     best = dict.fromkeys(kinds, 0.0)
+    rounds = []  # per round, each kind's tokens/s: ratios within a round share its load
     for _ in range(args.rounds):
+        rounds.append({})
         for kind, add in kinds.items():
-            wait_for_quiet()
-            # What leaving the fused decode layer costs alone: its plan, cleared here
-            # (False: none), is worked out again (None) for the next run.
-            model._fused = False if kind == "base, op by op" else None
+            wait_for_quiet(args.quiet_wait)
+            # Between steps (the engine is idle here), so no forward pass sees it change.
+            model.set_path(own_path.layer_path if kind.endswith("op by op") else own_path)
             run = await stream_requests(add, pool.take(args.streams), params, args.streams, kind)
             print(f"  {kind}: {run.tokens_per_s:.1f} tok/s")
             best[kind] = max(best[kind], run.tokens_per_s)
+            rounds[-1][kind] = run.tokens_per_s
+    model.set_path(own_path)
     ratios = {k: round(v / best["base"], 3) for k, v in best.items()}
+    medians = {k: round(statistics.median(r[k] / r["base"] for r in rounds), 3) for k in kinds}
     for kind, ratio in ratios.items():
-        print(f"{kind}: {best[kind]:.1f} tok/s, {ratio:.3f} of base-only")
-    return {"tokens_per_s": best, "ratio_to_base": ratios}
+        print(
+            f"{kind}: {best[kind]:.1f} tok/s, {ratio:.3f} of base-only "
+            f"(median of each round's ratio: {medians[kind]:.3f})"
+        )
+    return {
+        "tokens_per_s": best,
+        "ratio_to_base": ratios,
+        "median_round_ratio": medians,
+        "rounds": rounds,
+    }
 
 
 def main() -> None:
@@ -105,6 +123,9 @@ def main() -> None:
     parser.add_argument("--targets", default=",".join(TARGETS), help="modules adapted")
     parser.add_argument("--dtype", default="auto", help="the engine's weight format")
     parser.add_argument("--rounds", type=int, default=None, help="default: 3 (--quick: 1)")
+    parser.add_argument(
+        "--quiet-wait", type=float, default=60.0, help="seconds to wait for idle CPUs per run"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     args.max_tokens = 16 if args.quick else 64
@@ -119,7 +140,7 @@ def main() -> None:
         ).items():
             engine.load_adapter(name, path)
     names = list(engine.adapters)
-    pool = PromptPool(make_prompts(engine.apply_chat_template, 4 * args.streams * args.rounds + 2))
+    pool = PromptPool(make_prompts(engine.apply_chat_template, 5 * args.streams * args.rounds + 2))
 
     async def run() -> dict:
         await warm_up(engine.add_request, pool.take(1)[0])
@@ -128,8 +149,12 @@ def main() -> None:
     results = asyncio.run(run())
     weights = engine.config.weights
     engine.shutdown()
+    from mellea.engine import cpu_kernels
+
     report = {
         "weights": weights,
+        "compute_path": engine.runner.model.path.value,
+        "kernels": cpu_kernels.family(),
         "streams": args.streams,
         "adapters": args.adapters,
         "rank": args.rank,

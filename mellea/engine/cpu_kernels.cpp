@@ -1390,6 +1390,241 @@ void rope_store_kv(const at::Tensor& qkv, const at::Tensor& rope, const at::Tens
   });
 }
 
+// ---- LoRA deltas inside the fused decode layer --------------------------------------
+//
+// out[t] += B_s (A_s x[t]) for each row t whose adapter slot s (lora_slots[t]; -1: the
+// base model) has a low-rank pair on the projection, its scale folded into B. One
+// projection's pairs of every loaded adapter come packed (lora.py's pack_fused):
+//   a     [C, K] fp16: each adapter's A rows (those of all its pieces) together
+//   bt    [*] fp16, flat: per segment its B transposed, [c1 - c0, r1 - r0], row-major
+//   segs  [S, 6] int64, a slot's segments together: slot, r0, r1, c0, c1, offset in bt
+// A segment is one piece of a fused projection (q, k or v; gate or up; all of o or
+// down): B's output rows [r0, r1) from the product with A's rows [c0, c1). The rows of
+// one slot are multiplied together, up to 4 per pass, so an adapter's A and B are read
+// once per step whatever its number of rows; fp16 halves what fp32 pairs would read.
+
+#ifdef __AVX512F__
+constexpr int64_t kLoraChunk = 64;  // output columns per task: 4 vectors per row
+#elif defined(MELLEA_AVX2)
+constexpr int64_t kLoraChunk = 32;
+#else
+constexpr int64_t kLoraChunk = 64;
+#endif
+
+// h[i] = a . x[i] over K, for MR rows x[i] (fp32) and one row a of A (fp16).
+template <int MR>
+inline void lora_dots(const at::Half* a, const float* const* x, int64_t K, float* const* h,
+                      int64_t c) {
+  float s[MR] = {};
+  int64_t k = 0;
+#ifdef __AVX512F__
+  __m512 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  for (; k + 16 <= K; k += 16) {
+    const __m512 w =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + k)));
+    for (int i = 0; i < MR; ++i) acc[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x[i] + k), acc[i]);
+  }
+  for (int i = 0; i < MR; ++i) s[i] = _mm512_reduce_add_ps(acc[i]);
+#elif defined(MELLEA_AVX2)
+  __m256 acc[MR];
+  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  for (; k + 8 <= K; k += 8) {
+    const __m256 w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + k)));
+    for (int i = 0; i < MR; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x[i] + k), acc[i]);
+  }
+  for (int i = 0; i < MR; ++i) s[i] = reduce_add_ps(acc[i]);
+#endif
+  for (; k < K; ++k) {
+    const float w = half_to_float(a[k]);
+    for (int i = 0; i < MR; ++i) s[i] += w * x[i][k];
+  }
+  for (int i = 0; i < MR; ++i) h[i][c] = s[i];
+}
+
+// out[i][0, n) += sum_c h[i][c] * bt[c * ld + (0, n)] over `cols` columns c, for MR
+// rows (n <= kLoraChunk); the sums stay in registers until the one add to out.
+template <int MR>
+inline void lora_products(const at::Half* bt, int64_t ld, int64_t cols, const float* const* h,
+                          float* const* out, int64_t n) {
+#ifdef __AVX512F__
+  constexpr int V = kLoraChunk / 16;
+  __m512 acc[MR][V];
+  __mmask16 mask[V];
+  for (int v = 0; v < V; ++v) {
+    mask[v] = n > 16 * v ? first_lanes(n - 16 * v) : __mmask16(0);
+    for (int i = 0; i < MR; ++i) acc[i][v] = _mm512_setzero_ps();
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    const at::Half* row = bt + c * ld;
+    __m512 w[V];
+    for (int v = 0; v < V; ++v)
+      w[v] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask[v], row + 16 * v));
+    for (int i = 0; i < MR; ++i) {
+      const __m512 hv = _mm512_set1_ps(h[i][c]);
+      for (int v = 0; v < V; ++v) acc[i][v] = _mm512_fmadd_ps(w[v], hv, acc[i][v]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int v = 0; v < V; ++v) {
+      float* o = out[i] + 16 * v;
+      _mm512_mask_storeu_ps(o, mask[v],
+                            _mm512_add_ps(_mm512_maskz_loadu_ps(mask[v], o), acc[i][v]));
+    }
+#else
+  float acc[MR][kLoraChunk] = {};
+  int64_t full = 0;
+#if defined(MELLEA_AVX2)
+  if (n == kLoraChunk) {  // whole chunks in registers; a segment's last, shorter one below
+    constexpr int V = kLoraChunk / 8;
+    __m256 vacc[MR][V];
+    for (int i = 0; i < MR; ++i)
+      for (int v = 0; v < V; ++v) vacc[i][v] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < cols; ++c) {
+      const at::Half* row = bt + c * ld;
+      __m256 w[V];
+      for (int v = 0; v < V; ++v)
+        w[v] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 8 * v)));
+      for (int i = 0; i < MR; ++i) {
+        const __m256 hv = _mm256_set1_ps(h[i][c]);
+        for (int v = 0; v < V; ++v) vacc[i][v] = _mm256_fmadd_ps(w[v], hv, vacc[i][v]);
+      }
+    }
+    for (int i = 0; i < MR; ++i)
+      for (int v = 0; v < V; ++v) _mm256_storeu_ps(acc[i] + 8 * v, vacc[i][v]);
+    full = n;
+  }
+#endif
+  if (full == 0) {
+    float w[kLoraChunk];
+    for (int64_t c = 0; c < cols; ++c) {
+      const at::Half* row = bt + c * ld;
+      for (int64_t j = 0; j < n; ++j) w[j] = half_to_float(row[j]);
+      for (int i = 0; i < MR; ++i) {
+        const float hv = h[i][c];
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) acc[i][j] += w[j] * hv;
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int64_t j = 0; j < n; ++j) out[i][j] += acc[i][j];
+#endif
+}
+
+// One slot's rows of a step and where its pairs lie in a projection's pack.
+struct LoraGroup {
+  std::vector<int64_t> rows;
+  int64_t seg_begin, seg_end;  // its segments in segs
+  int64_t col_begin, cols;     // its rows of A
+  int64_t h_offset;            // its products with A: [rows, cols] from here
+};
+
+void check_lora_pack(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& segs,
+                     int64_t K, int64_t N) {
+  TORCH_CHECK(a.dim() == 2 && a.size(1) == K && a.is_contiguous() && a.scalar_type() == at::kHalf,
+              "lora a: [C, K] fp16, dense");
+  TORCH_CHECK(bt.is_contiguous() && bt.scalar_type() == at::kHalf, "lora bt: fp16, dense");
+  TORCH_CHECK(segs.dim() == 2 && segs.size(1) == 6 && segs.is_contiguous() &&
+                  segs.scalar_type() == at::kLong,
+              "lora segs: [S, 6] int64");
+  const int64_t* s = segs.data_ptr<int64_t>();
+  for (int64_t i = 0; i < segs.size(0); ++i, s += 6)
+    TORCH_CHECK(s[1] >= 0 && s[1] < s[2] && s[2] <= N && s[3] >= 0 && s[3] < s[4] &&
+                    s[4] <= a.size(0) && s[5] >= 0 && s[5] + (s[4] - s[3]) * (s[2] - s[1]) <= bt.numel(),
+                "lora segment out of its pack");
+}
+
+// out [T, N] fp32 += each row's adapter's B (A x[row]) (see the section's comment).
+void lora_add(const at::Tensor& out, const at::Tensor& x, const at::Tensor& a,
+              const at::Tensor& bt, const at::Tensor& segs, const at::Tensor& lora_slots) {
+  TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.scalar_type() == at::kFloat,
+              "out: [T, N] fp32, dense");
+  check_activations(x);
+  const int64_t T = x.size(0), K = x.size(1), N = out.size(1);
+  TORCH_CHECK(out.size(0) == T, "out and x rows differ");
+  TORCH_CHECK(lora_slots.scalar_type() == at::kInt && lora_slots.is_contiguous() &&
+                  lora_slots.numel() == T,
+              "lora_slots: [T] int32");
+  if (a.numel() == 0 || segs.numel() == 0) return;
+  check_lora_pack(a, bt, segs, K, N);
+  const int32_t* slot = lora_slots.data_ptr<int32_t>();
+  const int64_t* sg = segs.data_ptr<int64_t>();
+  std::vector<LoraGroup> groups;
+  int64_t h_size = 0;
+  for (int64_t i = 0, S = segs.size(0); i < S;) {
+    const int64_t s = sg[6 * i];
+    int64_t j = i, c0 = sg[6 * i + 3], c1 = sg[6 * i + 4];
+    for (; j < S && sg[6 * j] == s; ++j) {
+      c0 = std::min(c0, sg[6 * j + 3]);
+      c1 = std::max(c1, sg[6 * j + 4]);
+    }
+    LoraGroup g{{}, i, j, c0, c1 - c0, h_size};
+    for (int64_t t = 0; t < T; ++t)
+      if (slot[t] == s) g.rows.push_back(t);
+    if (!g.rows.empty()) {
+      h_size += static_cast<int64_t>(g.rows.size()) * g.cols;
+      groups.push_back(std::move(g));
+    }
+    i = j;
+  }
+  if (groups.empty()) return;
+  std::vector<float> h(h_size);
+  const at::Half* ap = a.data_ptr<at::Half>();
+  const at::Half* bp = bt.data_ptr<at::Half>();
+  const float* xp = x.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  // The products with A: one task item per (group, row of A).
+  std::vector<std::pair<int64_t, int64_t>> dots;
+  for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g)
+    for (int64_t c = 0; c < groups[g].cols; ++c) dots.emplace_back(g, c);
+  at::parallel_for(0, static_cast<int64_t>(dots.size()), 16, [&](int64_t begin, int64_t end) {
+    for (int64_t d = begin; d < end; ++d) {
+      const LoraGroup& g = groups[dots[d].first];
+      const int64_t c = dots[d].second;
+      const at::Half* arow = ap + (g.col_begin + c) * K;
+      const int64_t n = g.rows.size();
+      for_row_blocks(n, [&](auto rows, int64_t m) {
+        constexpr int MR = decltype(rows)::value;
+        const float* xr[MR];
+        float* hr[MR];
+        for (int i = 0; i < MR; ++i) {
+          xr[i] = xp + g.rows[m + i] * K;
+          hr[i] = h.data() + g.h_offset + (m + i) * g.cols;
+        }
+        lora_dots<MR>(arow, xr, K, hr, c);
+      });
+    }
+  });
+  // The products with B: one item per (group, segment, chunk of its output rows).
+  struct Item {
+    int64_t group, seg, o0;
+  };
+  std::vector<Item> items;
+  for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g)
+    for (int64_t s = groups[g].seg_begin; s < groups[g].seg_end; ++s)
+      for (int64_t o = 0; o < sg[6 * s + 2] - sg[6 * s + 1]; o += kLoraChunk) items.push_back({g, s, o});
+  at::parallel_for(0, static_cast<int64_t>(items.size()), 4, [&](int64_t begin, int64_t end) {
+    for (int64_t it = begin; it < end; ++it) {
+      const LoraGroup& g = groups[items[it].group];
+      const int64_t* s = sg + 6 * items[it].seg;
+      const int64_t r0 = s[1], width = s[2] - s[1], c0 = s[3], cols = s[4] - s[3];
+      const int64_t o0 = items[it].o0, n = std::min(kLoraChunk, width - o0);
+      const at::Half* b = bp + s[5] + o0;
+      for_row_blocks(g.rows.size(), [&](auto rows, int64_t m) {
+        constexpr int MR = decltype(rows)::value;
+        const float* hr[MR];
+        float* orow[MR];
+        for (int i = 0; i < MR; ++i) {
+          hr[i] = h.data() + g.h_offset + (m + i) * g.cols + (c0 - g.col_begin);
+          orow[i] = op + g.rows[m + i] * N + r0 + o0;
+        }
+        lora_products<MR>(b, width, cols, hr, orow, n);
+      });
+    }
+  });
+}
+
 // A whole decoder layer of the Llama shape for a decode-only step, with int4 or int8
 // weights on VNNI: RMSNorm (with the residual add), fused QKV, RoPE and the cache write,
 // paged decode attention, the output projection, RMSNorm, gate|up, SiLU-and-mul, down.
@@ -1399,6 +1634,9 @@ void rope_store_kv(const at::Tensor& qkv, const at::Tensor& rope, const at::Tens
 // (qweight int8, wsum, scale), told apart by qweight's dtype (a Q4_K_M GGUF mixes them:
 // its Q6_K tensors are int8); out_features: their sizes.
 // residual becomes x + residual; returns the MLP's output (before its residual add).
+// lora: empty, or (a, bt, segs) of each of the four projections (empty tensors where
+// no adapter has a pair), whose deltas join each projection's output for the rows'
+// adapters in lora_slots ([T] int32), as lora_add adds them.
 at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
                         const at::Tensor& attn_norm, const at::Tensor& mlp_norm,
                         at::TensorList weights, at::IntArrayRef out_features,
@@ -1406,15 +1644,21 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
                         const at::Tensor& rope, const at::Tensor& slots,
                         const at::Tensor& block_tables, const at::Tensor& context_lens,
                         int64_t heads, int64_t kv_heads, double eps, double scale,
-                        int64_t window) {
+                        int64_t window, at::TensorList lora,
+                        const c10::optional<at::Tensor>& lora_slots) {
   TORCH_CHECK(weights.size() == 12 && out_features.size() == 4, "four int4 or int8 layers");
+  TORCH_CHECK(lora.empty() || (lora.size() == 12 && lora_slots.has_value()),
+              "lora: (a, bt, segs) of the four projections, and lora_slots");
   auto linear = [&](const at::Tensor& in, int64_t i) {
     const at::Tensor& qweight = weights[3 * i];
-    if (qweight.scalar_type() == at::kChar)
-      return int8_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2],
-                              out_features[i]);
-    return int4_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2],
-                            out_features[i]);
+    at::Tensor out =
+        qweight.scalar_type() == at::kChar
+            ? int8_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2],
+                               out_features[i])
+            : int4_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2],
+                               out_features[i]);
+    if (!lora.empty()) lora_add(out, in, lora[3 * i], lora[3 * i + 1], lora[3 * i + 2], *lora_slots);
+    return out;
   };
   const int64_t T = x.size(0), dim = out_features[0] / (heads + 2 * kv_heads);
   at::Tensor h = rms_norm(x, residual, attn_norm, eps);
@@ -1452,7 +1696,11 @@ MELLEA_LIBRARY(MELLEA_CPU_NS, m) {
   m.def("decode_layer(Tensor x, Tensor(a!) residual, Tensor attn_norm, Tensor mlp_norm, "
         "Tensor[] weights, int[] out_features, Tensor(b!) k_cache, Tensor(c!) v_cache, "
         "Tensor rope, Tensor slots, Tensor block_tables, Tensor context_lens, int heads, "
-        "int kv_heads, float eps, float scale, int window) -> Tensor");
+        "int kv_heads, float eps, float scale, int window, Tensor[] lora, Tensor? lora_slots) "
+        "-> Tensor");
+  m.def("lora_add(Tensor(a!) out, Tensor x, Tensor a, Tensor bt, Tensor segs, "
+        "Tensor lora_slots) -> ()");
+  m.impl("lora_add", c10::DispatchKey::CPU, TORCH_FN(lora_add));
   m.impl("decode_layer", c10::DispatchKey::CPU, TORCH_FN(decode_layer));
   m.impl("silu_and_mul", c10::DispatchKey::CPU, TORCH_FN(silu_and_mul));
   m.impl("top_k", c10::DispatchKey::CPU, TORCH_FN(top_k));

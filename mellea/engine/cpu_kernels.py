@@ -259,13 +259,18 @@ def decode_layer(
     eps: float,
     scale: float,
     window: int,
+    lora: list[torch.Tensor] | None = None,
+    lora_slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One Llama-shaped decoder layer of a decode-only step in a single op: x [T, H] fp32
     -> the MLP's output [T, H]; ``residual`` becomes x + residual in place, this step's
     K and V go into the caches. ``weights``: (qweight, scales, mins) of the qkv, o,
     gate|up and down :class:`~mellea.engine.quant.Int4Linear` layers (VNNI layout);
     ``rope``: this step's complex rotations; ``meta``: the step's
-    :class:`~mellea.engine.cpu_attention.AttentionMetadata`. See
+    :class:`~mellea.engine.cpu_attention.AttentionMetadata`. With ``lora`` (the layer's
+    packs, :func:`mellea.engine.lora.pack_fused` of each projection, flattened) each
+    projection adds the low-rank deltas of its rows' adapters (``lora_slots``: [T]
+    int32, -1 for the base), as :func:`lora_add` does. See
     :meth:`mellea.engine.model.DecoderModel.forward` for who may call it."""
     return _ops().decode_layer(
         x,
@@ -285,7 +290,26 @@ def decode_layer(
         eps,
         scale,
         window,
+        lora or [],
+        lora_slots,
     )
+
+
+def lora_add(
+    out: torch.Tensor,
+    x: torch.Tensor,
+    a: torch.Tensor,
+    bt: torch.Tensor,
+    segs: torch.Tensor,
+    lora_slots: torch.Tensor,
+) -> None:
+    """``out`` [T, N] fp32 += B (A ``x[t]``) in place for each row t with an adapter
+    (``lora_slots`` [T] int32; -1: none), each adapter's rows multiplied together, for
+    one projection's pack (``a``, ``bt``, ``segs``: see
+    :func:`mellea.engine.lora.pack_fused`). Call :func:`available` first."""
+    if not x.is_contiguous():
+        x = x.contiguous()
+    _ops().lora_add(out, x, a, bt, segs, lora_slots)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:

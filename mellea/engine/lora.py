@@ -12,7 +12,10 @@ are put in the CPU path's rotary order as the loader orders the base weights.
 Every token of a step carries an adapter slot (-1 for the base model). A forward hook
 on each projection adds, per adapter present in the step, the delta of that adapter's
 tokens in fp32, whatever format the base linear stores its weights in (fp32, bf16,
-int8, int4): the hook sees only the linear's input and output.
+int8, int4): the hook sees only the linear's input and output. A model whose
+decode-only steps run each layer as one C++ op (int4, :attr:`ComputePath.CPP_FUSED`)
+adds the deltas inside that op instead, from every adapter's pairs packed per
+projection in fp16 (:func:`pack_fused`).
 
 An aLoRA (``alora_invocation_tokens`` in its config) applies from the start of the
 last occurrence of those tokens in the prompt on, as PEFT does; before it, and when
@@ -46,6 +49,7 @@ __all__ = [
     "LowRank",
     "activation_start",
     "load_peft_adapter",
+    "pack_fused",
 ]
 
 # Our fused projections, per layer, and the module names PEFT may target for them.
@@ -338,6 +342,8 @@ class LoraStep:
     groups: list[tuple[int, torch.Tensor | None]] = field(default_factory=list)
     slots: torch.Tensor | None = None
     masks: dict[tuple[int, ...], torch.Tensor] = field(default_factory=dict)
+    # Each row's slot as int32 on the CPU, for the fused decode layer (None elsewhere).
+    row_slots: torch.Tensor | None = None
 
 
 # A step with adapters mixed runs on the stacks unless fewer than this fraction of the
@@ -361,6 +367,9 @@ class AdapterSet:
         self._hooked = False
         self._stacks: dict[tuple[int, str], LowRank] = {}
         self._stacked = 0  # how many adapters the stacks hold
+        # Per layer, the fp16 packs of its four projections flattened (12 tensors), for
+        # a model with a fused decode layer (None otherwise); rebuilt with the stacks.
+        self.fused: list[list[torch.Tensor]] | None = None
 
     def add(self, adapter: LoraAdapter) -> int:
         """Register a loaded adapter; its slot. ``AdapterLoadError`` for a taken name."""
@@ -395,19 +404,29 @@ class AdapterSet:
         """The step's plan from each token's slot (-1: base); None if all are base."""
         if not slots or max(slots) < 0:
             return None
+        on_cpu = device is None or device.type == "cpu"
+        row_slots = torch.tensor(slots, dtype=torch.int32) if on_cpu else None
         present = sorted(set(slots) - {-1})
         if len(present) == 1 and min(slots) >= 0:
-            return LoraStep([(present[0], None)])
+            return LoraStep([(present[0], None)], row_slots=row_slots)
         index = torch.tensor(slots, device=device)
         if len(present) > 1 and len(present) >= STACKED_MIN_SHARE * len(self.adapters):
-            return LoraStep(slots=index)
-        return LoraStep([(s, (index == s).nonzero().flatten()) for s in present])
+            return LoraStep(slots=index, row_slots=row_slots)
+        groups = [(s, (index == s).nonzero().flatten()) for s in present]
+        return LoraStep(groups, row_slots=row_slots)
 
     def install(self, model: DecoderModel) -> None:
-        """Put the delta hooks on every layer's projections (once), and stack the
-        adapters loaded since the last call."""
+        """Put the delta hooks on every layer's projections (once), and stack (and, for
+        a model with a fused decode layer, pack) the adapters loaded since the last
+        call."""
         if self._stacked != len(self.adapters):
             self._stacks = _stack(self.adapters)
+            self.fused = None
+            if model.has_fused_plan:
+                self.fused = [
+                    [t for proj in PROJECTIONS for t in pack_fused(self.adapters, (i, proj))]
+                    for i in range(len(model.layers))
+                ]
             self._stacked = len(self.adapters)
         if self._hooked:
             return
@@ -443,6 +462,51 @@ def _stack(adapters: list[LoraAdapter]) -> dict[tuple[int, str], LowRank]:
                 pieces.append((slot, r0, update.a[c0:c1], b))
         stacks[key] = low_rank(pieces)
     return stacks
+
+
+def pack_fused(adapters: list[LoraAdapter], key: tuple[int, str]) -> list[torch.Tensor]:
+    """The pairs of every adapter on projection ``key`` as the fused C++ decode layer
+    reads them (see ``lora_add`` in cpu_kernels.cpp): ``a`` [C, in] fp16, each
+    adapter's A rows together in slot order; ``bt`` fp16, flat, each piece's B
+    transposed ([its ranks, its rows]); ``segs`` [S, 6] int64, per piece (slot, first
+    row, end row, first and end row of A, offset in ``bt``). Empty tensors where no
+    adapter has a pair there.
+
+    fp16 holds the pairs to about 3 significant digits (the base weights beside them are
+    int4) and halves what a step reads; each rank's A row and B column are first scaled
+    by reciprocal powers of two to the same largest magnitude (their product is then
+    exactly the same), so neither leaves fp16's range.
+    """
+    rows_of_a, pieces, segs = [], [], []
+    col = offset = 0
+    for slot, adapter in enumerate(adapters):
+        update = adapter.updates.get(key)
+        if update is None:
+            continue
+        a = update.a.detach().to("cpu", torch.float32, copy=True)
+        for r0, r1, c0, c1, b in update.parts:
+            b = b.detach().to("cpu", torch.float32, copy=True)
+            _balance(a[c0:c1], b)
+            segs.append([slot, r0, r1, col + c0, col + c1, offset])
+            pieces.append(b.T.flatten().half())
+            offset += b.numel()
+        rows_of_a.append(a.half())
+        col += a.shape[0]
+    if not segs:
+        empty = torch.empty(0, dtype=torch.float16)
+        return [empty.view(0, 0), empty, torch.empty(0, 6, dtype=torch.int64)]
+    return [torch.cat(rows_of_a).contiguous(), torch.cat(pieces), torch.tensor(segs)]
+
+
+def _balance(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Scale A's rows [r, in] and B's columns [rows, r] in place by 2^e and 2^-e, e per
+    rank, so that each rank's largest |A| and |B| are within a factor of 2."""
+    top_a, top_b = a.abs().amax(dim=1), b.abs().amax(dim=0)
+    both = (top_a > 0) & (top_b > 0)
+    ratio = torch.where(both, top_b / torch.where(both, top_a, 1.0), 1.0)
+    factor = torch.exp2(torch.round(0.5 * torch.log2(ratio)))
+    a.mul_(factor[:, None])
+    b.div_(factor[None, :])
 
 
 def _add_parts(

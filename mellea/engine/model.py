@@ -33,7 +33,7 @@ from mellea.engine.switches import read_switches
 from mellea.engine.weights import load_weights
 
 if TYPE_CHECKING:
-    from mellea.engine.lora import AdapterSet
+    from mellea.engine.lora import AdapterSet, LoraStep
     from mellea.engine.quant import Int4Linear, Int8Linear
 
 __all__ = ["AttentionMetadata", "ComputePath", "DecoderModel", "build_model"]
@@ -458,15 +458,16 @@ class DecoderModel(nn.Module):
         rope = self.rope
         if self.fast_cpu:
             rope = {kind: table[positions].unsqueeze(1) for kind, table in rope.items()}
-        # The fused C++ layer cannot add LoRA deltas: a step with adapter tokens runs per op.
-        lora = self.adapters is not None and self.adapters.current is not None
+        # A step with adapter tokens runs fused only with the adapters' packs for it
+        # (AdapterSet.install makes them); the layers' path adds them by hooks.
+        lora = self.adapters.current if self.adapters is not None else None
         if (
             self.path is ComputePath.CPP_FUSED
-            and not lora
             and meta.num_decode == x.shape[0]
             and kv_caches[0][0].dtype == torch.float32
+            and (lora is None or (self.adapters.fused is not None and lora.row_slots is not None))
         ):
-            x, residual = self._forward_fused(x, rope, kv_caches, meta)
+            x, residual = self._forward_fused(x, rope, kv_caches, meta, lora)
         else:
             x, residual = self._forward_layers(x, positions, rope, kv_caches, meta)
         x, _ = _norm(x, self.norm, self.cfg.rms_norm_eps, residual, self.path)
@@ -492,12 +493,28 @@ class DecoderModel(nn.Module):
         rope: dict[str, torch.Tensor],
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         meta: AttentionMetadata,
+        lora: LoraStep | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A decode-only step, each layer one C++ op; (last output, residual)."""
+        """A decode-only step, each layer one C++ op (with the LoRA deltas of ``lora``'s
+        rows); (last output, residual)."""
         residual, x = x, torch.zeros_like(x)  # the first norm adds x to the residual
-        for args, kind, (k_cache, v_cache) in zip(self._fused, self._kinds, kv_caches, strict=True):
-            x = cpu_kernels.decode_layer(x, residual, k_cache, v_cache, rope[kind], meta, *args)
+        packs = self.adapters.fused if lora is not None else None
+        slots = lora.row_slots if lora is not None else None
+        for i, (args, kind, (k_cache, v_cache)) in enumerate(
+            zip(self._fused, self._kinds, kv_caches, strict=True)
+        ):
+            pack = packs[i] if packs is not None else None
+            x = cpu_kernels.decode_layer(
+                x, residual, k_cache, v_cache, rope[kind], meta, *args, lora=pack, lora_slots=slots
+            )
         return x, residual
+
+    @property
+    def has_fused_plan(self) -> bool:
+        """Whether :meth:`plan_fused_decode` found every layer fit for the fused C++ op
+        (its decode-only steps run fused while :attr:`path` is
+        :attr:`~ComputePath.CPP_FUSED`)."""
+        return bool(self._fused)
 
     def plan_fused_decode(self) -> ComputePath:
         """Switch a :attr:`~ComputePath.CPP` model to :attr:`~ComputePath.CPP_FUSED` when

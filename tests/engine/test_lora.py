@@ -8,7 +8,9 @@ with small prefill chunks and KV blocks, then again with their prefixes cached. 
 one's greedy tokens and top-5 logprobs must equal PEFT's with the same adapter, in
 fp32 exactly (within ``LOGPROB_ATOL``) and in bf16, int8 and int4 against PEFT over
 the base weights rounded as that format stores them (bf16: its products too), within
-what the kernels' own rounding leaves.
+what the kernels' own rounding leaves. A Mistral-shaped model (no biases or q/k
+norms) runs its int4 decode steps through the fused C++ decode layer, which adds the
+adapters' products itself, under each kernel family this CPU runs.
 """
 
 from __future__ import annotations
@@ -202,15 +204,74 @@ FORMAT_ATOL = {"bfloat16": 0.2, "int8": 0.1, "int4": 0.15}
 async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, stacked: bool, monkeypatch):
     """``stacked``: steps that mix adapters run on the stacked pairs; else per adapter."""
     from mellea.engine import lora
-    from mellea.engine.engine import Engine
 
     if not stacked:
         monkeypatch.setattr(lora, "STACKED_MIN_SHARE", 2.0)
     stacked_calls = []
     real = lora.apply_stacked
     monkeypatch.setattr(lora, "apply_stacked", lambda *a: stacked_calls.append(1) or real(*a))
-
     _, path, dirs = family
+    await mixed_batches_match_peft(path, dirs, fmt)
+    assert bool(stacked_calls) == stacked
+
+
+KERNEL_FAMILIES = ["avx512-vnni", "avx2", "generic"]
+
+
+@pytest.fixture(params=KERNEL_FAMILIES)
+def kernel_family(request):
+    """Each C++ kernel family this CPU runs, selected for the test."""
+    from mellea.engine import cpu_kernels
+
+    if not cpu_kernels.available():
+        pytest.skip("no C++ CPU kernels here")
+    if not cpu_kernels.cpu_runs(request.param):
+        pytest.skip(f"this CPU cannot run the {request.param} kernels")
+    before = cpu_kernels.select(request.param)
+    yield request.param
+    cpu_kernels.select(before)
+
+
+@pytest.fixture(scope="module")
+def fused_family(tmp_path_factory, tiny_model_dir):
+    """A Mistral-shaped model, whose int4 layers all fit the fused decode layer, and
+    its adapters: (model dir, {adapter name: dir})."""
+    path = tmp_path_factory.mktemp("mistral")
+    build_family("mistral", path, tiny_model_dir)
+    dirs = {
+        adapter: make_adapter(path, path / f"adapter-{adapter}", seed, **config)
+        for seed, (adapter, config) in enumerate(ADAPTERS.items())
+    }
+    return path, dirs
+
+
+async def test_fused_decode_layer_adds_adapters_as_peft(fused_family, kernel_family, monkeypatch):
+    """int4 decode steps with adapter rows run each layer as one C++ op that adds the
+    adapters' products itself; tokens and logprobs still match PEFT's."""
+    from mellea.engine import cpu_kernels
+    from mellea.engine.compute_path import ComputePath
+
+    fused_with_lora = []
+    real = cpu_kernels.decode_layer
+
+    def spy(*args, **kwargs):
+        if kwargs.get("lora") is not None:
+            fused_with_lora.append(kwargs["lora_slots"].tolist())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cpu_kernels, "decode_layer", spy)
+    path, dirs = fused_family
+    engine = await mixed_batches_match_peft(path, dirs, "int4")
+    assert engine.runner.model.path is ComputePath.CPP_FUSED
+    # Decode steps mixing the base, one adapter and several went through the fused op.
+    assert any(len(set(slots)) >= 3 and -1 in slots for slots in fused_with_lora)
+
+
+async def mixed_batches_match_peft(path: Path, dirs: dict[str, Path], fmt: str):
+    """Base, LoRA, rsLoRA and aLoRA requests in one batch, then on their cached
+    prefixes: each equals PEFT's under its adapter. Returns the (shut down) engine."""
+    from mellea.engine.engine import Engine
+
     model = reference_model(path, dirs, fmt)
     engine = Engine(str(path), dtype=fmt, block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
     try:
@@ -255,9 +316,9 @@ async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, stacked: b
         start = P3.index(INVOCATION[0])
         assert cached[3] == len(P3) - 1 - (len(P3) - 1) % BLOCK_SIZE  # incl. aLoRA blocks
         assert cached[3] > start
-        assert bool(stacked_calls) == stacked
     finally:
         engine.shutdown()
+    return engine
 
 
 async def test_lora_blocks_never_serve_the_base_model(family):
@@ -369,3 +430,139 @@ def test_block_hashes_carry_the_adapter_from_where_it_applies():
     assert all(a != b for a, b in zip(seqs["base"], seqs["lora"], strict=True))
     assert seqs["alora"][:2] == seqs["base"][:2]
     assert all(a != b for a, b in zip(seqs["base"][2:], seqs["alora"][2:], strict=True))
+
+
+def _random_adapter(slot: int, pieces: list[tuple[int, int]], rank: int, k: int, seed: int):
+    """A LoraAdapter with one projection (layer 0's qkv_proj) of ``pieces`` (first row,
+    rows), each of rank ``rank`` on ``k`` inputs."""
+    from mellea.engine.lora import AdapterInfo, LoraAdapter, low_rank
+
+    gen = torch.Generator().manual_seed(seed)
+    parts = [
+        (0, first, torch.randn(rank, k, generator=gen), torch.randn(rows, rank, generator=gen))
+        for first, rows in pieces
+    ]
+    info = AdapterInfo(rank=rank, targets=("q_proj",), is_alora=False)
+    return LoraAdapter(f"a{slot}", info, {(0, "self_attn.qkv_proj"): low_rank(parts)})
+
+
+def _lora_reference(out, x, adapters, slots, key):
+    """``out`` plus each row's adapter's delta, in float64 from the fp32 pairs."""
+    want = out.double().clone()
+    for t, slot in enumerate(slots):
+        update = adapters[slot].updates.get(key) if slot >= 0 else None
+        if update is None:
+            continue
+        h = update.a.double() @ x[t].double()
+        for r0, r1, c0, c1, b in update.parts:
+            want[t, r0:r1] += b.double() @ h[c0:c1]
+    return want
+
+
+@pytest.mark.parametrize("k", [64, 72])  # 72: the AVX paths' tails too
+def test_lora_add_gathers_each_rows_adapter(kernel_family, k: int):
+    """The fused layer's LoRA op against the per-row reference: rows of one adapter in
+    blocks of 4 and a remainder, base rows, an adapter without this projection, pieces
+    of a fused projection whose widths are not multiples of the vector length."""
+    from mellea.engine import cpu_kernels
+    from mellea.engine.lora import AdapterInfo, LoraAdapter, pack_fused
+
+    key = (0, "self_attn.qkv_proj")
+    qkv = [(0, 80), (80, 40), (120, 40)]  # q, k, v pieces: 160 output rows
+    adapters = [
+        _random_adapter(0, qkv, 4, k, 0),
+        _random_adapter(1, qkv[:1] + qkv[2:], 16, k, 1),  # q and v only
+        LoraAdapter("other", AdapterInfo(2, ("o_proj",), False), {}),  # not on qkv
+        _random_adapter(3, [(0, 160)], 8, k, 3),  # one piece over all rows
+    ]
+    slots = [1, -1, 0, 1, 1, 2, 1, 1, 3, 0, -1]  # slot 1: five rows (4 + 1)
+    torch.manual_seed(0)
+    x, out = torch.randn(len(slots), k), torch.randn(len(slots), 160)
+    want = _lora_reference(out, x, adapters, slots, key)
+    got = out.clone()
+    cpu_kernels.lora_add(got, x, *pack_fused(adapters, key), torch.tensor(slots, dtype=torch.int32))
+    delta = (want - out.double()).abs().max()
+    assert delta > 10  # the adapters move the rows a lot
+    # fp16 pairs: about 3 digits of each product; a wrong row, piece or slot is off by ~delta
+    torch.testing.assert_close(got.double(), want, atol=2e-3 * delta.item(), rtol=0)
+    for t in (1, 5, 10):  # base rows, and a slot without a pair here: untouched
+        assert torch.equal(got[t], out[t])
+
+
+def test_pack_fused_keeps_pairs_of_any_magnitude_within_fp16(kernel_family):
+    """A pair whose A is past fp16's largest value and whose B is below its smallest
+    still multiplies right: each rank is rescaled between A and B before rounding."""
+    from mellea.engine import cpu_kernels
+    from mellea.engine.lora import pack_fused
+
+    key = (0, "self_attn.qkv_proj")
+    adapter = _random_adapter(0, [(0, 48)], 4, 32, 5)
+    update = adapter.updates[key]
+    update.a.mul_(1e6)  # |A| up to ~4e6: inf in fp16
+    update.parts[0][4].mul_(1e-9)  # |B| ~1e-9: zero in fp16
+    x, out = torch.randn(2, 32), torch.zeros(2, 48)
+    want = _lora_reference(out, x, [adapter], [0, 0], key)
+    a, bt, segs = pack_fused([adapter], key)
+    assert torch.isfinite(a).all() and torch.isfinite(bt).all() and bt.abs().max() > 0.01
+    cpu_kernels.lora_add(out, x, a, bt, segs, torch.tensor([0, 0], dtype=torch.int32))
+    torch.testing.assert_close(out.double(), want, atol=2e-3 * want.abs().max().item(), rtol=0)
+
+
+def test_fused_layer_adds_the_deltas_of_the_layers_path(
+    make_engine, tiny_model_dir, tmp_path, kernel_family
+):
+    """One decode-only int4 step with base rows and rows of three adapters (one row of
+    some, five of another): the fused C++ layers (fp16 pairs) compute what the layers'
+    own path with its fp32 hooks computes, within fp16's rounding of the deltas."""
+    from mellea.engine.compute_path import ComputePath
+    from mellea.engine.scheduler import ScheduledBatch
+    from mellea.engine.sequence import Sequence
+
+    engine = make_engine(dtype="int4")
+    runner = engine.runner
+    model = runner.model
+    if model.path is not ComputePath.CPP_FUSED:
+        pytest.skip("the fused layer is a C++ op")
+    specs = {
+        "all": dict(r=4, lora_alpha=8, target_modules=ALL_TARGETS),
+        "qvd": dict(
+            r=8, lora_alpha=4, use_rslora=True, target_modules=["q_proj", "v_proj", "down_proj"]
+        ),
+        "ogu": dict(r=2, lora_alpha=2, target_modules=["o_proj", "gate_proj", "up_proj"]),
+    }
+    for seed, (name, spec) in enumerate(specs.items()):
+        engine.load_adapter(name, make_adapter(tiny_model_dir, tmp_path / name, seed, **spec))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        runner.k_cache.normal_()
+        runner.v_cache.normal_()
+    names = ["qvd", None, "all", "qvd", "ogu", "qvd", "qvd", None, "qvd"]
+    seqs, next_block = [], 1
+    for i, name in enumerate(names):
+        ctx = 9 + 7 * i
+        seq = Sequence(f"s{i}", [(5 * i + j) % 200 + 3 for j in range(ctx)], SamplingParams(), 8)
+        seq.adapter = runner.adapters.use(name, seq.token_ids) if name else None
+        blocks = -(-ctx // runner.block_size)
+        seq.block_table = list(range(next_block, next_block + blocks))
+        next_block += blocks
+        seq.num_computed = ctx - 1
+        seqs.append(seq)
+    inputs = runner.prepare(ScheduledBatch(decodes=seqs))
+    assert inputs.lora is not None and inputs.lora.row_slots.tolist() == [
+        -1 if n is None else runner.adapters.by_name[n] for n in names
+    ]
+    runner.adapters.install(model)
+    args = (inputs.input_ids, inputs.positions, runner.kv_caches, inputs.meta)
+    with torch.inference_mode():
+        base = model(*args)
+        runner.adapters.current = inputs.lora
+        try:
+            fused = model(*args)
+            model.set_path(ComputePath.CPP)  # the layers' own path, LoRA by hooks
+            layered = model(*args)
+        finally:
+            runner.adapters.current = None
+            model.set_path(ComputePath.CPP_FUSED)
+    moved = (layered - base).abs().amax(dim=1)
+    assert (moved[[0, 2, 3, 4, 5, 6, 8]] > 0.1).all() and (moved[[1, 7]] == 0).all()
+    torch.testing.assert_close(fused, layered, atol=0.01 * moved.max().item(), rtol=0)
