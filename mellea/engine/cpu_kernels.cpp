@@ -601,7 +601,7 @@ at::Tensor int4_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
 // Rows past N are zero. About 4x fewer instructions than widening to fp32.
 //
 // int8 (tile_rows in quant.py): per-row symmetric int8 weights, q in -127..127 (never
-// -128: AVX2's sign trick below negates weights), W[n, k] = q[n, k] * scale[n].
+// -128, which the bounds below assume), W[n, k] = q[n, k] * scale[n].
 // qweight [T, G, 8, 64] int8: part u holds bytes 4 u .. 4 u + 3 of each of the tile's
 // 16 rows' group g (4 bytes per lane, row j in lane j); wsum [T, G, 16] int32, the sum
 // of each row's group (VNNI's correction for its unsigned operand); scale [T * 16]
