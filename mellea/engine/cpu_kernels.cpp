@@ -809,24 +809,28 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
 // nibbles (u8, <= 15) times the parts (s8, |.| <= 127) by vpmaddubsw: a pair sums to at
 // most 3810 and all 8 parts' pairs to 30480, so they add up in int16 before one
 // vpmaddwd widens them; the dot products are the AVX-512 build's exactly.
-// Each half runs over all groups before the other half: with both halves in one pass the
-// compiler kept each row's 16 activation words for the second half in scalar spills on
-// the stack, and the pass ran at 33 G multiply-adds/s a core against 43 this way (2048 x
-// 2048, 4-32 rows, one thread); the second pass finds the tile's weights in cache.
-template <int MR>
-void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
-               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
-               int64_t t) {
+// Above one row, each half runs over all groups before the other half: with both halves
+// in one pass the compiler kept each row's 16 activation words for the second half in
+// scalar spills on the stack, and the pass ran at 33 G multiply-adds/s a core against
+// 43 this way (2048 x 2048, 4-32 rows, one thread); the second pass finds the tile's
+// weights in cache. One row is bound by reading the weights, so it takes both halves in
+// one pass (two passes: 4.5-5.3 against 3.4-3.7 ms for 49152 x 2048).
+// Halves [H0, H0 + NH) of tile t's rows for MR activation rows, into rows[i][8 h ..].
+template <int MR, int H0, int NH>
+void int4_halves(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
+                 const float* xscale, const float* xsum, int64_t K, int64_t t,
+                 float (*rows)[kTile]) {
   const int64_t G = K / 32;
   const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  alignas(32) float rows[MR][kTile];
-  for (int half = 0; half < 2; ++half) {
-    __m256 acc[MR];
-    for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
-    const uint8_t* w = qw + t * G * 256;
-    for (int64_t g = 0; g < G; ++g, w += 256) {
-      for (int line = 0; line < 256; line += 64) prefetch(w + kPrefetch + line);
-      const int64_t at = (t * G + g) * kTile;
+  __m256 acc[MR][NH];
+  for (int i = 0; i < MR; ++i)
+    for (int h = 0; h < NH; ++h) acc[i][h] = _mm256_setzero_ps();
+  const uint8_t* w = qw + t * G * 256;
+  for (int64_t g = 0; g < G; ++g, w += 256) {
+    for (int line = 0; line < 256; line += 64) prefetch(w + kPrefetch + line);
+    const int64_t at = (t * G + g) * kTile;
+    for (int h = 0; h < NH; ++h) {
+      const int half = H0 + h;
       __m256i wv[8];
       for (int s = 0; s < 4; ++s) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * s + 32 * half));
@@ -847,11 +851,25 @@ void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const 
         const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(hi, _mm256_set1_epi16(256)),
                                              _mm256_madd_epi16(lo, ones));
         const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xscale[i * G + g]));
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[i]);
-        acc[i] = _mm256_fmadd_ps(m, _mm256_set1_ps(xsum[i * G + g]), acc[i]);
+        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[i][h]);
+        acc[i][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(xsum[i * G + g]), acc[i][h]);
       }
     }
-    for (int i = 0; i < MR; ++i) _mm256_store_ps(rows[i] + 8 * half, acc[i]);
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int h = 0; h < NH; ++h) _mm256_store_ps(rows[i] + 8 * (H0 + h), acc[i][h]);
+}
+
+template <int MR>
+void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
+               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
+               int64_t t) {
+  alignas(32) float rows[MR][kTile];
+  if constexpr (MR == 1) {
+    int4_halves<MR, 0, 2>(qw, sc, mn, xq, xscale, xsum, K, t, rows);
+  } else {
+    int4_halves<MR, 0, 1>(qw, sc, mn, xq, xscale, xsum, K, t, rows);
+    int4_halves<MR, 1, 1>(qw, sc, mn, xq, xscale, xsum, K, t, rows);
   }
   const int64_t n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
   for (int i = 0; i < MR; ++i) std::copy(rows[i], rows[i] + valid, out + i * N + n0);
