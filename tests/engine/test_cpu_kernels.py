@@ -228,7 +228,8 @@ def test_int8_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k:
     assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
 
 
-@pytest.mark.parametrize("rows", [1, 3, 4, 9])
+# activation rows: the row blocks of 4 and each remainder, one block or several
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 9, 13, 32, 33])
 def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) -> None:
     """AVX2 takes the AVX-512 build's roundings in the same order and its integer dot
     products are exact: the tiled linears give the same bits on both (the generic build
@@ -327,7 +328,7 @@ def test_rope_store_kv_matches_the_complex_multiply_and_index_copy(heads, kv_hea
 
 
 @pytest.mark.parametrize("dot", ["avx-vnni", "avx512vl-vnni"])
-@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 13])
 def test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones(kernel_family: str, dot: str, rows):
     """The AVX2 build runs its tiles on 8-lane vpdpbusd where the CPU has AVX-VNNI; the
     same code with AVX-512's encoding of that instruction runs it on an AVX-512 CPU.

@@ -1,0 +1,69 @@
+"""Time the tiled int4 and int8 linears (int4_vnni_linear, int8_vnni_linear) of one
+kernel family on one thread, in the thread's CPU time (so a busy machine's preemption
+does not count), best of several runs, at a few row counts (decode batches).
+
+    python benchmarks/tile_linears.py --family avx2 --rows 1 4 8 32
+    python benchmarks/tile_linears.py --family avx2 --dot avx512vl-vnni
+
+Prints milliseconds per call and billions of multiply-adds a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import torch
+
+from mellea.engine import cpu_kernels
+from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_rows
+
+
+def best_seconds(call: Callable[[], object], reps: int, tries: int = 7) -> float:
+    """The fastest of ``tries`` runs of ``reps`` calls, in thread CPU seconds per call."""
+    call()
+    best = float("inf")
+    for _ in range(tries):
+        start = time.thread_time()
+        for _ in range(reps):
+            call()
+        best = min(best, (time.thread_time() - start) / reps)
+    return best
+
+
+def main() -> None:
+    """Parse the arguments, select the family and print one line per format and rows."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--family", default="", help="avx512-vnni, avx2 or generic")
+    parser.add_argument("--dot", default="", help="the avx2 family's dot product")
+    parser.add_argument("--n", type=int, default=2048, help="output features")
+    parser.add_argument("--k", type=int, default=2048, help="input features")
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 5, 8, 32])
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    assert cpu_kernels.available(), "the C++ CPU kernels are unavailable"
+    if args.family:
+        cpu_kernels.select(args.family)
+    if args.dot:
+        cpu_kernels.avx2_dot(args.dot)
+    torch.manual_seed(0)
+    n, k = args.n, args.k
+    weight = torch.randn(n, k)
+    int4 = tile_groups(*quantize_groups(weight))
+    int8 = tile_rows(*quantize_rows(weight))
+    print(f"family {cpu_kernels.family()}, {n}x{k}, one thread")
+    for rows in args.rows:
+        x = torch.randn(rows, k)
+        calls = {
+            "int4": lambda x=x: cpu_kernels.int4_vnni_linear(x, *int4, n),
+            "int8": lambda x=x: cpu_kernels.int8_vnni_linear(x, *int8, n),
+        }
+        for name, call in calls.items():
+            seconds = best_seconds(call, reps=max(4, 64 // rows))
+            rate = rows * n * k / seconds / 1e9
+            print(f"{name} rows {rows:3d}: {seconds * 1e3:8.3f} ms  {rate:6.1f} G multiply-adds/s")
+
+
+if __name__ == "__main__":
+    main()
