@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from mellea.backends.adapters.harmony import final_channel_span
 from mellea.backends.adapters.io import IntrinsicRequest
 from mellea.backends.adapters.results import apply_rule, parse_with_positions
+from mellea.backends.logprobs import openai_logprobs
 from mellea.core.logprobs import TokenLogprob
 from mellea.formatters.granite.base.io import ChatCompletionResultProcessor
 from mellea.formatters.granite.base.types import (
@@ -194,18 +195,7 @@ NAME_TO_RULE: dict[str, type[TransformationRule]] = {rule.YAML_NAME: rule for ru
 def _token_logprobs(logprobs: ChatCompletionLogProbs | None) -> list[TokenLogprob] | None:
     if logprobs is None or logprobs.content is None:
         return None
-    return [
-        TokenLogprob(
-            token=entry.token,
-            logprob=entry.logprob,
-            bytes=entry.bytes,
-            top_logprobs=[
-                TokenLogprob(token=alt.token, logprob=alt.logprob, bytes=alt.bytes)
-                for alt in entry.top_logprobs
-            ],
-        )
-        for entry in logprobs.content
-    ]
+    return openai_logprobs(logprobs.content)
 
 
 def _request_of(chat_completion: ChatCompletion) -> IntrinsicRequest:
