@@ -663,6 +663,18 @@ struct Q4KScales {
   const at::Half* super;
 };
 
+// One tile's factors formed ahead in fp32 (from Q4KScales, for inputs of several row
+// blocks, which would each form them again): d [G][16] then m [G][16] per group, the
+// tile index ignored (the buffer holds one tile).
+struct FloatScales {
+  const float* dm;
+};
+
+inline std::pair<float, float> group_scales(const FloatScales& s, int64_t, int64_t, int64_t g,
+                                            int64_t j) {
+  return {s.dm[g * 2 * kTile + j], s.dm[g * 2 * kTile + kTile + j]};
+}
+
 inline std::pair<float, float> group_scales(const HalfScales& s, int64_t t, int64_t G,
                                             int64_t g, int64_t j) {
   const int64_t at = (t * G + g) * kTile + j;
@@ -715,26 +727,61 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
     }
 }
 
-// The 16 rows' scale and min of (tile t, group g).
-inline void group_scales16(const HalfScales& s, int64_t t, int64_t G, int64_t g, __m512& d,
-                           __m512& m) {
-  const int64_t at = (t * G + g) * kTile;
-  d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.sc + at)));
-  m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.mn + at)));
-}
+// The 16 rows' scale and min of tile t's groups, load(g) asked in order of g:
+// Q4_K's d and -dmin are widened once per block of 8 groups.
+template <class S>
+struct Scales16;
 
-inline void group_scales16(const Q4KScales& s, int64_t t, int64_t G, int64_t g, __m512& d,
-                           __m512& m) {
-  const uint8_t* sub = s.sub + (t * G + g) * 2 * kTile;
-  const at::Half* sup = s.super + (t * (G / 8) + g / 8) * 2 * kTile;
-  auto widen = [](const void* p) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))));
-  };
-  auto half16 = [](const at::Half* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  };
-  d = _mm512_mul_ps(half16(sup), widen(sub));  // exact: 11 bits times 6
-  m = _mm512_mul_ps(half16(sup + kTile), widen(sub + kTile));
+template <>
+struct Scales16<HalfScales> {
+  const HalfScales& s;
+  int64_t t, G;
+  void load(int64_t g, __m512& d, __m512& m) {
+    const int64_t i = (t * G + g) * kTile;
+    d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.sc + i)));
+    m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.mn + i)));
+  }
+};
+
+template <>
+struct Scales16<FloatScales> {
+  const FloatScales& s;
+  int64_t t, G;
+  void load(int64_t g, __m512& d, __m512& m) {
+    d = _mm512_loadu_ps(s.dm + g * 2 * kTile);
+    m = _mm512_loadu_ps(s.dm + g * 2 * kTile + kTile);
+  }
+};
+
+template <>
+struct Scales16<Q4KScales> {
+  const Q4KScales& s;
+  int64_t t, G;
+  __m512 block_d = _mm512_setzero_ps(), block_m = _mm512_setzero_ps();
+  void load(int64_t g, __m512& d, __m512& m) {
+    if ((g & 7) == 0) {
+      const at::Half* sup = s.super + (t * (G / 8) + g / 8) * 2 * kTile;
+      block_d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup)));
+      block_m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup + kTile)));
+    }
+    const uint8_t* sub = s.sub + (t * G + g) * 2 * kTile;
+    auto widen = [](const uint8_t* p) {
+      return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    };
+    d = _mm512_mul_ps(block_d, widen(sub));  // exact: 11 bits times 6
+    m = _mm512_mul_ps(block_m, widen(sub + kTile));
+  }
+};
+
+// Tile t's factors from Q4KScales in fp32 (FloatScales' layout), once for all row blocks.
+void form_q4k_factors(const Q4KScales& s, int64_t t, int64_t G, float* dm) {
+  Scales16<Q4KScales> factors{s, t, G};
+  for (int64_t g = 0; g < G; ++g) {
+    __m512 d, m;
+    factors.load(g, d, m);
+    _mm512_storeu_ps(dm + g * 2 * kTile, d);
+    _mm512_storeu_ps(dm + g * 2 * kTile + kTile, m);
+  }
 }
 
 // Output rows [16 t, 16 t + 16) for MR activation rows.
@@ -746,6 +793,7 @@ void vnni_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float
   __m512 acc[MR];
   for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   const uint8_t* w = qw + t * G * 256;
+  Scales16<S> factors{scales, t, G};
   for (int64_t g = 0; g < G; ++g, w += 256) {
     for (int line = 0; line < 256; line += 64)  // (a prefetch past the end is harmless)
       prefetch(w + kPrefetch + line);
@@ -756,7 +804,7 @@ void vnni_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float
       wv[2 * s + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
     }
     __m512 d, m;
-    group_scales16(scales, t, G, g, d, m);
+    factors.load(g, d, m);
     for (int i = 0; i < MR; ++i) {
       const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
       const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
@@ -881,27 +929,64 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
 // 43 this way (2048 x 2048, 4-32 rows, one thread); the second pass finds the tile's
 // weights in cache. One row is bound by reading the weights, so it takes both halves in
 // one pass (two passes: 4.5-5.3 against 3.4-3.7 ms for 49152 x 2048).
-// The scale and min of rows [8 half, 8 half + 8) of (tile t, group g) (also for the
-// VNNI-256 tiles of cpu_kernels_vnni256.inc).
-inline void group_scales8(const HalfScales& s, int64_t t, int64_t G, int64_t g, int half,
-                          __m256& d, __m256& m) {
-  const int64_t at = (t * G + g) * kTile + 8 * half;
-  d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.sc + at)));
-  m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.mn + at)));
-}
+// The scale and min of rows [8 half, 8 half + 8) of tile t's groups, asked for in order
+// of g (also by the VNNI-256 tiles of cpu_kernels_vnni256.inc): Q4_K's d and -dmin are
+// widened once per block of 8 groups.
+template <class S>
+struct Scales8;
 
-inline void group_scales8(const Q4KScales& s, int64_t t, int64_t G, int64_t g, int half,
-                          __m256& d, __m256& m) {
-  const uint8_t* sub = s.sub + (t * G + g) * 2 * kTile + 8 * half;
-  const at::Half* sup = s.super + (t * (G / 8) + g / 8) * 2 * kTile + 8 * half;
-  auto widen = [](const uint8_t* p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  };
-  auto half8 = [](const at::Half* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  };
-  d = _mm256_mul_ps(half8(sup), widen(sub));  // exact: 11 bits times 6
-  m = _mm256_mul_ps(half8(sup + kTile), widen(sub + kTile));
+template <>
+struct Scales8<HalfScales> {
+  const HalfScales& s;
+  int64_t t, G;
+  void load(int64_t g, int half, __m256& d, __m256& m) {
+    const int64_t i = (t * G + g) * kTile + 8 * half;
+    d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.sc + i)));
+    m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.mn + i)));
+  }
+};
+
+template <>
+struct Scales8<FloatScales> {
+  const FloatScales& s;
+  int64_t t, G;
+  void load(int64_t g, int half, __m256& d, __m256& m) {
+    d = _mm256_loadu_ps(s.dm + g * 2 * kTile + 8 * half);
+    m = _mm256_loadu_ps(s.dm + g * 2 * kTile + kTile + 8 * half);
+  }
+};
+
+template <>
+struct Scales8<Q4KScales> {
+  const Q4KScales& s;
+  int64_t t, G;
+  __m256 block_d[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256 block_m[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  void load(int64_t g, int half, __m256& d, __m256& m) {
+    if ((g & 7) == 0) {
+      const at::Half* sup = s.super + (t * (G / 8) + g / 8) * 2 * kTile + 8 * half;
+      block_d[half] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sup)));
+      block_m[half] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sup + kTile)));
+    }
+    const uint8_t* sub = s.sub + (t * G + g) * 2 * kTile + 8 * half;
+    auto widen = [](const uint8_t* p) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    };
+    d = _mm256_mul_ps(block_d[half], widen(sub));  // exact: 11 bits times 6
+    m = _mm256_mul_ps(block_m[half], widen(sub + kTile));
+  }
+};
+
+// Tile t's factors from Q4KScales in fp32 (FloatScales' layout), once for all row blocks.
+void form_q4k_factors(const Q4KScales& s, int64_t t, int64_t G, float* dm) {
+  Scales8<Q4KScales> factors{s, t, G};
+  for (int64_t g = 0; g < G; ++g)
+    for (int half = 0; half < 2; ++half) {
+      __m256 d, m;
+      factors.load(g, half, d, m);
+      _mm256_storeu_ps(dm + g * 2 * kTile + 8 * half, d);
+      _mm256_storeu_ps(dm + g * 2 * kTile + kTile + 8 * half, m);
+    }
 }
 
 // Halves [H0, H0 + NH) of tile t's rows for MR activation rows, into rows[i][8 h ..].
@@ -914,6 +999,7 @@ void int4_halves(const uint8_t* qw, const S& scales, const int8_t* xq, const flo
   for (int i = 0; i < MR; ++i)
     for (int h = 0; h < NH; ++h) acc[i][h] = _mm256_setzero_ps();
   const uint8_t* w = qw + t * G * 256;
+  Scales8<S> factors{scales, t, G};
   for (int64_t g = 0; g < G; ++g, w += 256) {
     for (int line = 0; line < 256; line += 64) prefetch(w + kPrefetch + line);
     for (int h = 0; h < NH; ++h) {
@@ -925,7 +1011,7 @@ void int4_halves(const uint8_t* qw, const S& scales, const int8_t* xq, const flo
         wv[2 * s + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
       }
       __m256 d, m;
-      group_scales8(scales, t, G, g, half, d, m);
+      factors.load(g, half, d, m);
       for (int i = 0; i < MR; ++i) {
         const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
         const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
@@ -1072,6 +1158,12 @@ void vnni_tile(const uint8_t* qw, const HalfScales& s, const int8_t* xq, const f
   mellea_neon::int4_tile<MR>(qw, mellea_neon::HalfScales{reinterpret_cast<const uint16_t*>(s.sc),
                                                          reinterpret_cast<const uint16_t*>(s.mn)},
                              xq, xscale, xsum, out, N, K, t);
+}
+
+template <int MR>
+void vnni_tile(const uint8_t* qw, const FloatScales& s, const int8_t* xq, const float* xscale,
+               const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
+  mellea_neon::int4_tile<MR>(qw, mellea_neon::FloatScales{s.dm}, xq, xscale, xsum, out, N, K, t);
 }
 
 template <int MR>
@@ -1267,7 +1359,22 @@ void for_row_blocks(int64_t M, const Tile& tile) {
   }
 }
 
-// The tiled int4 linear over either form of factors (see HalfScales, Q4KScales).
+#if !defined(MELLEA_AVX512) && !defined(MELLEA_AVX2)
+// Tile t's factors from Q4KScales in fp32 (FloatScales' layout): the products the tiles
+// form, once for all row blocks (the x86 families form them with their own vectors).
+void form_q4k_factors(const Q4KScales& s, int64_t t, int64_t G, float* dm) {
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t j = 0; j < kTile; ++j) {
+      const auto [d, m] = group_scales(s, t, G, g, j);
+      dm[g * 2 * kTile + j] = d;
+      dm[g * 2 * kTile + kTile + j] = m;
+    }
+}
+#endif
+
+// The tiled int4 linear over either form of factors (see HalfScales, Q4KScales). Above
+// one block of rows, Q4_K's factors are formed once per tile (FloatScales): each block
+// would form them again (2-3 % of a 32-row step of the 1.7B model).
 template <class S>
 at::Tensor int4_tiles_linear(const at::Tensor& x, const at::Tensor& qweight, const S& scales,
                              int64_t N) {
@@ -1277,12 +1384,27 @@ at::Tensor int4_tiles_linear(const at::Tensor& x, const at::Tensor& qweight, con
   const uint8_t* qw = qweight.data_ptr<uint8_t>();
   float* op = out.data_ptr<float>();
   const int dot = g_dot.load();
+  constexpr bool kQ4K = std::is_same_v<S, Q4KScales>;
   at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
+    thread_local std::vector<float> formed;
+    for (int64_t t = begin; t < end; ++t) {
+      if constexpr (kQ4K) {
+        if (M > 4) {
+          formed.resize(G * 2 * kTile);
+          form_q4k_factors(scales, t, G, formed.data());
+          const FloatScales ahead{formed.data()};
+          for_row_blocks(M, [&](auto rows, int64_t m) {
+            int4_tile<decltype(rows)::value, FloatScales>(dot)(
+                qw, ahead, a.q + m * 2 * K, a.step + m * G, a.sum + m * G, op + m * N, N, K, t);
+          });
+          continue;
+        }
+      }
       for_row_blocks(M, [&](auto rows, int64_t m) {
         int4_tile<decltype(rows)::value, S>(dot)(qw, scales, a.q + m * 2 * K, a.step + m * G,
                                                  a.sum + m * G, op + m * N, N, K, t);
       });
+    }
   });
   return out;
 }

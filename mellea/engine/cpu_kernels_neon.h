@@ -175,6 +175,14 @@ struct HalfScales {  // scale and min, fp16 [T, G, 16] each
   }
 };
 
+struct FloatScales {  // one tile's factors formed ahead: d [G][16], then m [G][16] per group
+  const float* dm;
+  void load(int64_t, int64_t, int64_t g, int q, float32x4_t& d, float32x4_t& m) const {
+    d = vld1q_f32(dm + g * 2 * kRows + 4 * q);
+    m = vld1q_f32(dm + g * 2 * kRows + kRows + 4 * q);
+  }
+};
+
 struct Q4KScales {  // a GGUF's Q4_K: sc, m uint8 [T, G, 2, 16]; d, -dmin fp16 [T, G/8, 2, 16]
   const uint8_t* sub;
   const uint16_t* super;

@@ -303,6 +303,17 @@ void check_int4(int N, int K, bool q4k) {
   char what[64];
   std::snprintf(what, sizeof what, "int4_tile<%d>%s N=%d K=%d", MR, q4k ? " Q4_K" : "", N, K);
   if (got[MR * N] != -1.f) fail(what, "wrote past the end", got[MR * N], -1.f);
+  if (q4k) {  // the same factors formed ahead per tile (FloatScales): the same bits
+    std::vector<float> ahead(MR * N, 0.f), dm(G * 32);
+    for (int t = 0; t < T; ++t) {
+      for (int g = 0; g < G; ++g)
+        for (int j = 0; j < 16; ++j) factors(t, g, j, dm[g * 32 + j], dm[g * 32 + 16 + j]);
+      nk::int4_tile<MR>(qw.data(), nk::FloatScales{dm.data()}, p.q.data(), p.step.data(),
+                        p.sum.data(), ahead.data(), N, K, t);
+    }
+    for (int e = 0; e < MR * N; ++e)
+      if (!same(ahead[e], got[e])) fail(what, "FloatScales against Q4KScales", ahead[e], got[e]);
+  }
   for (int i = 0; i < MR; ++i)
     for (int n = 0; n < N; ++n) {
       const int t = n / 16, j = n % 16;
