@@ -35,7 +35,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 GROUP = 32  # elements per int4 group (quant.GROUP; not imported to keep torch out)
-# Block formats that our int4 groups hold (Q4_K with fp16-rounded scales, see above).
+# Block formats that our int4 layers hold exactly (Q4_K in its own form, Q4KGroups).
 INT4_TYPES = frozenset(
     {GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q4_K}
 )
