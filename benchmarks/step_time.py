@@ -7,12 +7,16 @@ python benchmarks/step_time.py --batches 1 --steps 50
 python benchmarks/step_time.py --formats float32,bfloat16,int8,int4   # weight formats
 python benchmarks/step_time.py --neighbour --formats int4   # beside a busy process
 MELLEA_CPU_ISA=avx2 python benchmarks/step_time.py --formats int8,int4   # AVX2 kernels
+python benchmarks/step_time.py --model FILE.gguf --q4k-forms --threads 1   # Q4_K forms
 ```
 
 Every run prints the kernel family that ran (``avx512-vnni``, ``avx2``, ``generic``).
 The runners' thread count is fixed (``--threads``) unless ``--neighbour``: that times
 each format four ways in one run, with and without a CPU-bound neighbour (``yes``)
 and with all threads or the engine's tuned count (:mod:`mellea.engine.cpu_threads`).
+``--q4k-forms`` serves a GGUF's Q4_K layers in their exact form (the file's factors,
+formed in fp32 by the kernel) and in the former fp16 form (those products rounded to
+fp16, the same nibbles), alternating step by step in one process.
 
 It builds the engine's :class:`~mellea.engine.model_runner.ModelRunner` directly
 (no scheduler thread, no tokenizer): B sequences whose contexts are spread over
@@ -28,6 +32,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -124,6 +129,50 @@ def format_steps(
     return {fmt: sorted(v)[len(v) // 2] for fmt, v in times.items()}
 
 
+def q4k_form_switch(runner: ModelRunner) -> Callable[[bool], None]:
+    """Give each exact Q4_K layer the fp16 form's factors as well (d * sc and -dmin * m
+    rounded to fp16, tiled as they are); the returned function puts every such layer in
+    the exact form (True) or the fp16 one, and plans the fused layers again."""
+    from mellea.engine.quant import Int4Linear
+
+    model = runner.model
+    layers = [m for m in model.modules() if isinstance(m, Int4Linear) and m.q4k]
+    assert layers, "no Q4_K layer in the exact form: a Q4_K GGUF at int4, with the kernels"
+    for layer in layers:
+        products = layer.super_scales.float().repeat_interleave(8, dim=1) * layer.sub_scales
+        layer.scales = products[:, :, 0].half().contiguous()
+        layer.mins = products[:, :, 1].half().contiguous()
+    built = model.path
+
+    def use(exact: bool) -> None:
+        for layer in layers:
+            layer.q4k = exact
+        if built is ComputePath.CPP_FUSED:
+            model._fused = None
+            model.set_path(ComputePath.CPP)
+            model.set_path(model.plan_fused_decode())
+
+    return use
+
+
+def q4k_form_steps(
+    runner: ModelRunner, use: Callable[[bool], None], batch: ScheduledBatch, steps: int
+) -> dict[str, float]:
+    """Median seconds per step of the two Q4_K forms, taking turns step by step, in this
+    process's CPU time (with ``--threads 1``, what the step computes: a busy machine's
+    preemption does not count)."""
+    times: dict[str, list[float]] = {"fp16": [], "exact": []}
+    for i in range(2 * (steps + 3)):
+        form = "exact" if i % 2 else "fp16"
+        use(form == "exact")
+        t = time.process_time()
+        runner.execute(runner.prepare(batch))
+        if i >= 6:
+            times[form].append(time.process_time() - t)
+    use(True)
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+
+
 def profile_steps(runner: ModelRunner, batch: ScheduledBatch, steps: int, top: int) -> str:
     """A table of the top aten ops by self CPU time over ``steps`` steps."""
     from torch.profiler import ProfilerActivity, profile
@@ -155,6 +204,9 @@ def main() -> None:
     parser.add_argument(
         "--neighbour", action="store_true", help="with and without a busy process beside"
     )
+    parser.add_argument(
+        "--q4k-forms", action="store_true", help="a Q4_K GGUF's exact and fp16 forms (int4)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -165,11 +217,24 @@ def main() -> None:
     if args.formats:
         compare_formats(args.formats.split(","), args.batches, args.steps)
         return
+    if args.q4k_forms:
+        args.dtype = "int4"
     runner = make_runner(max(args.batches), 320, 16, args.dtype, args.model)
+    switch = q4k_form_switch(runner) if args.q4k_forms else None
     load = os.getloadavg()[0]
     results = {}
     for b in args.batches:
         batch = make_batch(b, runner.block_size)
+        if switch is not None:
+            both = q4k_form_steps(runner, switch, batch, args.steps)
+            results[b] = both
+            fp16, exact = both["fp16"], both["exact"]
+            print(
+                f"batch {b:3d}: Q4_K fp16 form {fp16 * 1e3:7.2f} ms ({b / fp16:6.1f} tok/s), "
+                f"exact {exact * 1e3:7.2f} ms ({b / exact:6.1f} tok/s), "
+                f"exact / fp16 time {exact / fp16:.3f}"
+            )
+            continue
         if args.ab:
             both = ab_steps(runner, batch, args.steps)
             results[b] = both

@@ -4,6 +4,11 @@ does not count), best of several runs, at a few row counts (decode batches).
 
     python benchmarks/tile_linears.py --family avx2 --rows 1 4 8 32
     python benchmarks/tile_linears.py --family avx2 --dot avx512vl-vnni
+    python benchmarks/tile_linears.py --q4k --n 8192 --k 2048   # a Q4_K file's two forms
+
+``--q4k`` times one random Q4_K weight in its two forms instead: ``q4k-fp16``, int4
+groups whose factors are rounded to fp16 (int4_vnni_linear), and ``q4k-exact``, the
+file's own factors formed in fp32 by the kernel (q4k_vnni_linear), alternating.
 
 Prints milliseconds per call and billions of multiply-adds a second.
 """
@@ -14,10 +19,12 @@ import argparse
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
+from gguf import GGMLQuantizationType
 
-from mellea.engine import cpu_kernels
-from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_rows
+from mellea.engine import cpu_kernels, gguf_blocks
+from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_q4k, tile_rows
 
 
 def best_seconds(call: Callable[[], object], reps: int, tries: int = 7) -> float:
@@ -32,6 +39,30 @@ def best_seconds(call: Callable[[], object], reps: int, tries: int = 7) -> float
     return best
 
 
+Q4_K = GGMLQuantizationType.Q4_K
+
+
+def random_q4_k(n: int, k: int) -> np.ndarray:
+    """Random but valid Q4_K bytes [n, k / 256 * 144]: fp16 d and dmin of a trained
+    model's size, random 6-bit scales and minimums and nibbles."""
+    rng = np.random.default_rng(0)
+    blocks = rng.integers(0, 256, (n, k // 256, 144), dtype=np.uint8)
+    factors = rng.uniform(1e-4, 2e-3, (n, k // 256, 2)).astype(np.float16)
+    blocks[..., 0:4] = factors.view(np.uint8).reshape(n, -1, 4)
+    return blocks.reshape(n, -1)
+
+
+def q4k_calls(n: int, k: int) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    """A random Q4_K weight's fp16 form and exact form, each as a call on x."""
+    raw = random_q4_k(n, k)
+    rounded = tile_groups(*(torch.from_numpy(g) for g in gguf_blocks.to_int4(raw, Q4_K)))
+    exact = tile_q4k(*(torch.from_numpy(g) for g in gguf_blocks.to_q4k(raw)))
+    return {
+        "q4k-fp16": lambda x: cpu_kernels.int4_vnni_linear(x, *rounded, n),
+        "q4k-exact": lambda x: cpu_kernels.q4k_vnni_linear(x, *exact, n),
+    }
+
+
 def main() -> None:
     """Parse the arguments, select the family and print one line per format and rows."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -40,6 +71,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2048, help="output features")
     parser.add_argument("--k", type=int, default=2048, help="input features")
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 5, 8, 32])
+    parser.add_argument("--q4k", action="store_true", help="a Q4_K weight's two forms")
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds (--q4k)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     assert cpu_kernels.available(), "the C++ CPU kernels are unavailable"
@@ -49,6 +82,9 @@ def main() -> None:
         cpu_kernels.avx2_dot(args.dot)
     torch.manual_seed(0)
     n, k = args.n, args.k
+    if args.q4k:
+        compare_q4k(n, k, args.rows, args.rounds)
+        return
     weight = torch.randn(n, k)
     int4 = tile_groups(*quantize_groups(weight))
     int8 = tile_rows(*quantize_rows(weight))
@@ -63,6 +99,23 @@ def main() -> None:
             seconds = best_seconds(call, reps=max(4, 64 // rows))
             rate = rows * n * k / seconds / 1e9
             print(f"{name} rows {rows:3d}: {seconds * 1e3:8.3f} ms  {rate:6.1f} G multiply-adds/s")
+
+
+def compare_q4k(n: int, k: int, rows_list: list[int], rounds: int) -> None:
+    """Both forms of one Q4_K weight, alternating ``rounds`` times; the best of each."""
+    calls = q4k_calls(n, k)
+    print(f"family {cpu_kernels.family()}, Q4_K {n}x{k}, one thread")
+    for rows in rows_list:
+        x = torch.randn(rows, k)
+        best = dict.fromkeys(calls, float("inf"))
+        for _ in range(rounds):
+            for name, call in calls.items():
+                seconds = best_seconds(lambda c=call, x=x: c(x), reps=max(4, 64 // rows))
+                best[name] = min(best[name], seconds)
+        for name, seconds in best.items():
+            rate = rows * n * k / seconds / 1e9
+            print(f"{name} rows {rows:3d}: {seconds * 1e3:8.3f} ms  {rate:6.1f} G multiply-adds/s")
+        print(f"  exact / fp16 at {rows} rows: {best['q4k-exact'] / best['q4k-fp16']:.3f}")
 
 
 if __name__ == "__main__":

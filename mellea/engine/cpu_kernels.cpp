@@ -15,6 +15,7 @@
 #include <omp.h>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 // One source, built once per CPU family (cpu_kernels.py names the flags): the
@@ -642,6 +643,52 @@ struct GroupSteps {
         inv_lo(top > 0.f ? 256.f * 127.f / top : 0.f) {}
 };
 
+// Where an int4 tile's per-group factors come from: each family's tile is one template
+// over these two, so the exact Q4_K form runs the fp16 form's arithmetic.
+//  - HalfScales (quant.tile_groups): scale and min per (tile, group), fp16 [T, G, 16] each.
+//  - Q4KScales (quant.tile_q4k, a GGUF's Q4_K blocks as they are): per (tile, group) the
+//    6-bit sc and m as uint8 [T, G, 2, 16] (sc's 16 rows, then m's), per (tile, super-block
+//    of 8 groups) d and -dmin as the file's fp16 [T, G / 8, 2, 16]; the group's scale is
+//    d * sc and its min -dmin * m, both formed in fp32, where they are exact (11 bits
+//    times 6), as ggml's dequantizer forms them: the file's weights exactly. 48 bytes of
+//    factors per group and tile where HalfScales has 64 (40 with d and dmin in fp16).
+// group_scales(s, t, G, g, j) gives row j's (scale, min) for the scalar loops; each
+// family below loads a vector of them.
+struct HalfScales {
+  const at::Half* sc;
+  const at::Half* mn;
+};
+struct Q4KScales {
+  const uint8_t* sub;
+  const at::Half* super;
+};
+
+// One tile's factors formed ahead in fp32 (from Q4KScales, for inputs of several row
+// blocks, which would each form them again): d [G][16] then m [G][16] per group, the
+// tile index ignored (the buffer holds one tile).
+struct FloatScales {
+  const float* dm;
+};
+
+inline std::pair<float, float> group_scales(const FloatScales& s, int64_t, int64_t, int64_t g,
+                                            int64_t j) {
+  return {s.dm[g * 2 * kTile + j], s.dm[g * 2 * kTile + kTile + j]};
+}
+
+inline std::pair<float, float> group_scales(const HalfScales& s, int64_t t, int64_t G,
+                                            int64_t g, int64_t j) {
+  const int64_t at = (t * G + g) * kTile + j;
+  return {half_to_float(s.sc[at]), half_to_float(s.mn[at])};
+}
+
+inline std::pair<float, float> group_scales(const Q4KScales& s, int64_t t, int64_t G,
+                                            int64_t g, int64_t j) {
+  const uint8_t* sub = s.sub + (t * G + g) * 2 * kTile;
+  const at::Half* sup = s.super + (t * (G / 8) + g / 8) * 2 * kTile;
+  return {half_to_float(sup[j]) * static_cast<float>(sub[j]),
+          half_to_float(sup[kTile + j]) * static_cast<float>(sub[kTile + j])};
+}
+
 #if defined(MELLEA_AVX512)
 // Each row's groups of 32 in two int8 parts, x ~= step * (256 hi + lo): hi rounds x to
 // 255 levels of the group's |x| max, lo the remainder to 1/256 of hi's step, so the
@@ -680,16 +727,73 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
     }
 }
 
+// The 16 rows' scale and min of tile t's groups, load(g) asked in order of g:
+// Q4_K's d and -dmin are widened once per block of 8 groups.
+template <class S>
+struct Scales16;
+
+template <>
+struct Scales16<HalfScales> {
+  const HalfScales& s;
+  int64_t t, G;
+  void load(int64_t g, __m512& d, __m512& m) {
+    const int64_t i = (t * G + g) * kTile;
+    d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.sc + i)));
+    m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s.mn + i)));
+  }
+};
+
+template <>
+struct Scales16<FloatScales> {
+  const FloatScales& s;
+  int64_t t, G;
+  void load(int64_t g, __m512& d, __m512& m) {
+    d = _mm512_loadu_ps(s.dm + g * 2 * kTile);
+    m = _mm512_loadu_ps(s.dm + g * 2 * kTile + kTile);
+  }
+};
+
+template <>
+struct Scales16<Q4KScales> {
+  const Q4KScales& s;
+  int64_t t, G;
+  __m512 block_d = _mm512_setzero_ps(), block_m = _mm512_setzero_ps();
+  void load(int64_t g, __m512& d, __m512& m) {
+    if ((g & 7) == 0) {
+      const at::Half* sup = s.super + (t * (G / 8) + g / 8) * 2 * kTile;
+      block_d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup)));
+      block_m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup + kTile)));
+    }
+    const uint8_t* sub = s.sub + (t * G + g) * 2 * kTile;
+    auto widen = [](const uint8_t* p) {
+      return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    };
+    d = _mm512_mul_ps(block_d, widen(sub));  // exact: 11 bits times 6
+    m = _mm512_mul_ps(block_m, widen(sub + kTile));
+  }
+};
+
+// Tile t's factors from Q4KScales in fp32 (FloatScales' layout), once for all row blocks.
+void form_q4k_factors(const Q4KScales& s, int64_t t, int64_t G, float* dm) {
+  Scales16<Q4KScales> factors{s, t, G};
+  for (int64_t g = 0; g < G; ++g) {
+    __m512 d, m;
+    factors.load(g, d, m);
+    _mm512_storeu_ps(dm + g * 2 * kTile, d);
+    _mm512_storeu_ps(dm + g * 2 * kTile + kTile, m);
+  }
+}
+
 // Output rows [16 t, 16 t + 16) for MR activation rows.
-template <int MR>
-void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
-               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
-               int64_t t) {
+template <int MR, class S>
+void vnni_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
+               const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
   const int64_t G = K / 32;
   const __m512i low = _mm512_set1_epi8(0x0F);
   __m512 acc[MR];
   for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
   const uint8_t* w = qw + t * G * 256;
+  Scales16<S> factors{scales, t, G};
   for (int64_t g = 0; g < G; ++g, w += 256) {
     for (int line = 0; line < 256; line += 64)  // (a prefetch past the end is harmless)
       prefetch(w + kPrefetch + line);
@@ -699,9 +803,8 @@ void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const 
       wv[2 * s] = _mm512_and_si512(v, low);
       wv[2 * s + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
     }
-    const int64_t at = (t * G + g) * kTile;
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + at)));
-    const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn + at)));
+    __m512 d, m;
+    factors.load(g, d, m);
     for (int i = 0; i < MR; ++i) {
       const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
       const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
@@ -826,20 +929,79 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
 // 43 this way (2048 x 2048, 4-32 rows, one thread); the second pass finds the tile's
 // weights in cache. One row is bound by reading the weights, so it takes both halves in
 // one pass (two passes: 4.5-5.3 against 3.4-3.7 ms for 49152 x 2048).
+// The scale and min of rows [8 half, 8 half + 8) of tile t's groups, asked for in order
+// of g (also by the VNNI-256 tiles of cpu_kernels_vnni256.inc): Q4_K's d and -dmin are
+// widened once per block of 8 groups.
+template <class S>
+struct Scales8;
+
+template <>
+struct Scales8<HalfScales> {
+  const HalfScales& s;
+  int64_t t, G;
+  void load(int64_t g, int half, __m256& d, __m256& m) {
+    const int64_t i = (t * G + g) * kTile + 8 * half;
+    d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.sc + i)));
+    m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s.mn + i)));
+  }
+};
+
+template <>
+struct Scales8<FloatScales> {
+  const FloatScales& s;
+  int64_t t, G;
+  void load(int64_t g, int half, __m256& d, __m256& m) {
+    d = _mm256_loadu_ps(s.dm + g * 2 * kTile + 8 * half);
+    m = _mm256_loadu_ps(s.dm + g * 2 * kTile + kTile + 8 * half);
+  }
+};
+
+template <>
+struct Scales8<Q4KScales> {
+  const Q4KScales& s;
+  int64_t t, G;
+  __m256 block_d[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256 block_m[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  void load(int64_t g, int half, __m256& d, __m256& m) {
+    if ((g & 7) == 0) {
+      const at::Half* sup = s.super + (t * (G / 8) + g / 8) * 2 * kTile + 8 * half;
+      block_d[half] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sup)));
+      block_m[half] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sup + kTile)));
+    }
+    const uint8_t* sub = s.sub + (t * G + g) * 2 * kTile + 8 * half;
+    auto widen = [](const uint8_t* p) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    };
+    d = _mm256_mul_ps(block_d[half], widen(sub));  // exact: 11 bits times 6
+    m = _mm256_mul_ps(block_m[half], widen(sub + kTile));
+  }
+};
+
+// Tile t's factors from Q4KScales in fp32 (FloatScales' layout), once for all row blocks.
+void form_q4k_factors(const Q4KScales& s, int64_t t, int64_t G, float* dm) {
+  Scales8<Q4KScales> factors{s, t, G};
+  for (int64_t g = 0; g < G; ++g)
+    for (int half = 0; half < 2; ++half) {
+      __m256 d, m;
+      factors.load(g, half, d, m);
+      _mm256_storeu_ps(dm + g * 2 * kTile + 8 * half, d);
+      _mm256_storeu_ps(dm + g * 2 * kTile + kTile + 8 * half, m);
+    }
+}
+
 // Halves [H0, H0 + NH) of tile t's rows for MR activation rows, into rows[i][8 h ..].
-template <int MR, int H0, int NH>
-void int4_halves(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
-                 const float* xscale, const float* xsum, int64_t K, int64_t t,
-                 float (*rows)[kTile]) {
+template <int MR, int H0, int NH, class S>
+void int4_halves(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
+                 const float* xsum, int64_t K, int64_t t, float (*rows)[kTile]) {
   const int64_t G = K / 32;
   const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   __m256 acc[MR][NH];
   for (int i = 0; i < MR; ++i)
     for (int h = 0; h < NH; ++h) acc[i][h] = _mm256_setzero_ps();
   const uint8_t* w = qw + t * G * 256;
+  Scales8<S> factors{scales, t, G};
   for (int64_t g = 0; g < G; ++g, w += 256) {
     for (int line = 0; line < 256; line += 64) prefetch(w + kPrefetch + line);
-    const int64_t at = (t * G + g) * kTile;
     for (int h = 0; h < NH; ++h) {
       const int half = H0 + h;
       __m256i wv[8];
@@ -848,8 +1010,8 @@ void int4_halves(const uint8_t* qw, const at::Half* sc, const at::Half* mn, cons
         wv[2 * s] = _mm256_and_si256(v, low);
         wv[2 * s + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
       }
-      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + at + 8 * half)));
-      const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mn + at + 8 * half)));
+      __m256 d, m;
+      factors.load(g, half, d, m);
       for (int i = 0; i < MR; ++i) {
         const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
         const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
@@ -871,16 +1033,15 @@ void int4_halves(const uint8_t* qw, const at::Half* sc, const at::Half* mn, cons
     for (int h = 0; h < NH; ++h) _mm256_store_ps(rows[i] + 8 * (H0 + h), acc[i][h]);
 }
 
-template <int MR>
-void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
-               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
-               int64_t t) {
+template <int MR, class S>
+void vnni_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
+               const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
   alignas(32) float rows[MR][kTile];
   if constexpr (MR == 1) {
-    int4_halves<MR, 0, 2>(qw, sc, mn, xq, xscale, xsum, K, t, rows);
+    int4_halves<MR, 0, 2>(qw, scales, xq, xscale, xsum, K, t, rows);
   } else {
-    int4_halves<MR, 0, 1>(qw, sc, mn, xq, xscale, xsum, K, t, rows);
-    int4_halves<MR, 1, 1>(qw, sc, mn, xq, xscale, xsum, K, t, rows);
+    int4_halves<MR, 0, 1>(qw, scales, xq, xscale, xsum, K, t, rows);
+    int4_halves<MR, 1, 1>(qw, scales, xq, xscale, xsum, K, t, rows);
   }
   const int64_t n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
   for (int i = 0; i < MR; ++i) std::copy(rows[i], rows[i] + valid, out + i * N + n0);
@@ -992,12 +1153,25 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
 }
 
 template <int MR>
-void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
-               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
-               int64_t t) {
-  mellea_neon::int4_tile<MR>(qw, reinterpret_cast<const uint16_t*>(sc),
-                             reinterpret_cast<const uint16_t*>(mn), xq, xscale, xsum, out, N, K,
-                             t);
+void vnni_tile(const uint8_t* qw, const HalfScales& s, const int8_t* xq, const float* xscale,
+               const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
+  mellea_neon::int4_tile<MR>(qw, mellea_neon::HalfScales{reinterpret_cast<const uint16_t*>(s.sc),
+                                                         reinterpret_cast<const uint16_t*>(s.mn)},
+                             xq, xscale, xsum, out, N, K, t);
+}
+
+template <int MR>
+void vnni_tile(const uint8_t* qw, const FloatScales& s, const int8_t* xq, const float* xscale,
+               const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
+  mellea_neon::int4_tile<MR>(qw, mellea_neon::FloatScales{s.dm}, xq, xscale, xsum, out, N, K, t);
+}
+
+template <int MR>
+void vnni_tile(const uint8_t* qw, const Q4KScales& s, const int8_t* xq, const float* xscale,
+               const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
+  mellea_neon::int4_tile<MR>(
+      qw, mellea_neon::Q4KScales{s.sub, reinterpret_cast<const uint16_t*>(s.super)}, xq, xscale,
+      xsum, out, N, K, t);
 }
 
 template <int MR>
@@ -1035,15 +1209,13 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
     }
 }
 
-template <int MR>
-void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const int8_t* xq,
-               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
-               int64_t t) {
+template <int MR, class S>
+void vnni_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
+               const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
   const int64_t G = K / 32, n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
   float acc[MR][kTile] = {};
   const uint8_t* w = qw + t * G * 256;
   for (int64_t g = 0; g < G; ++g, w += 256) {
-    const int64_t at = (t * G + g) * kTile;
     for (int i = 0; i < MR; ++i) {
       const int8_t* xh = xq + i * 2 * K + g * 32;
       const int8_t* xl = xh + K;
@@ -1056,7 +1228,7 @@ void vnni_tile(const uint8_t* qw, const at::Half* sc, const at::Half* mn, const 
             hi += (byte & 0x0F) * xh[e0] + (byte >> 4) * xh[e1];
             lo += (byte & 0x0F) * xl[e0] + (byte >> 4) * xl[e1];
           }
-        const float d = half_to_float(sc[at + j]), m = half_to_float(mn[at + j]);
+        const auto [d, m] = group_scales(scales, t, G, g, j);
         acc[i][j] += static_cast<float>(256 * hi + lo) * (d * xscale[i * G + g]);
         acc[i][j] += m * xsum[i * G + g];
       }
@@ -1129,18 +1301,18 @@ std::string avx2_dot(const std::string& kind) {
 #endif
 }
 
-template <int MR>
-using Int4Tile = void (*)(const uint8_t*, const at::Half*, const at::Half*, const int8_t*,
-                          const float*, const float*, float*, int64_t, int64_t, int64_t);
+template <int MR, class S>
+using Int4Tile = void (*)(const uint8_t*, const S&, const int8_t*, const float*, const float*,
+                          float*, int64_t, int64_t, int64_t);
 template <int MR>
 using Int8Tile = void (*)(const int8_t*, const int32_t*, const float*, const int8_t*,
                           const float*, float*, int64_t, int64_t, int64_t);
 
-template <int MR>
-Int4Tile<MR> int4_tile(int dot) {
+template <int MR, class S>
+Int4Tile<MR, S> int4_tile(int dot) {
 #if defined(MELLEA_AVX2)
-  if (dot == kAvxVnni) return &avx_vnni::int4_tile<MR>;
-  if (dot == kEvexVnni) return &evex_vnni::int4_tile<MR>;
+  if (dot == kAvxVnni) return &avx_vnni::int4_tile<MR, S>;
+  if (dot == kEvexVnni) return &evex_vnni::int4_tile<MR, S>;
 #endif
   return &vnni_tile<MR>;
 }
@@ -1187,31 +1359,91 @@ void for_row_blocks(int64_t M, const Tile& tile) {
   }
 }
 
-at::Tensor int4_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
-                       const at::Tensor& mins, int64_t N) {
-  check_activations(x);
+#if !defined(MELLEA_AVX512) && !defined(MELLEA_AVX2)
+// Tile t's factors from Q4KScales in fp32 (FloatScales' layout): the products the tiles
+// form, once for all row blocks (the x86 families form them with their own vectors).
+void form_q4k_factors(const Q4KScales& s, int64_t t, int64_t G, float* dm) {
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t j = 0; j < kTile; ++j) {
+      const auto [d, m] = group_scales(s, t, G, g, j);
+      dm[g * 2 * kTile + j] = d;
+      dm[g * 2 * kTile + kTile + j] = m;
+    }
+}
+#endif
+
+// The tiled int4 linear over either form of factors (see HalfScales, Q4KScales). Above
+// one block of rows, Q4_K's factors are formed once per tile (FloatScales): each block
+// would form them again (2-3 % of a 32-row step of the 1.7B model).
+template <class S>
+at::Tensor int4_tiles_linear(const at::Tensor& x, const at::Tensor& qweight, const S& scales,
+                             int64_t N) {
   const int64_t M = x.size(0), K = x.size(1), G = K / 32, T = (N + kTile - 1) / kTile;
-  TORCH_CHECK(K % 32 == 0 && qweight.scalar_type() == at::kByte && qweight.is_contiguous() &&
-                  qweight.numel() == T * G * 256,
-              "qweight: [ceil(N / 16), K / 32, 4, 64] uint8, dense");
-  for (const auto* s : {&scales, &mins})
-    TORCH_CHECK(s->is_contiguous() && s->scalar_type() == at::kHalf && s->numel() == T * G * kTile,
-                "scales, mins: [ceil(N / 16), K / 32, 16] fp16, dense");
   const TwoPartActivations a = two_part(x);
   auto out = at::empty({M, N}, x.options());
   const uint8_t* qw = qweight.data_ptr<uint8_t>();
-  const at::Half* sc = scales.data_ptr<at::Half>();
-  const at::Half* mn = mins.data_ptr<at::Half>();
   float* op = out.data_ptr<float>();
   const int dot = g_dot.load();
+  constexpr bool kQ4K = std::is_same_v<S, Q4KScales>;
   at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
+    thread_local std::vector<float> formed;
+    for (int64_t t = begin; t < end; ++t) {
+      if constexpr (kQ4K) {
+        if (M > 4) {
+          formed.resize(G * 2 * kTile);
+          form_q4k_factors(scales, t, G, formed.data());
+          const FloatScales ahead{formed.data()};
+          for_row_blocks(M, [&](auto rows, int64_t m) {
+            int4_tile<decltype(rows)::value, FloatScales>(dot)(
+                qw, ahead, a.q + m * 2 * K, a.step + m * G, a.sum + m * G, op + m * N, N, K, t);
+          });
+          continue;
+        }
+      }
       for_row_blocks(M, [&](auto rows, int64_t m) {
-        int4_tile<decltype(rows)::value>(dot)(qw, sc, mn, a.q + m * 2 * K, a.step + m * G,
-                                              a.sum + m * G, op + m * N, N, K, t);
+        int4_tile<decltype(rows)::value, S>(dot)(qw, scales, a.q + m * 2 * K, a.step + m * G,
+                                                 a.sum + m * G, op + m * N, N, K, t);
       });
+    }
   });
   return out;
+}
+
+void check_int4_tiles(const at::Tensor& x, const at::Tensor& qweight, int64_t N) {
+  check_activations(x);
+  const int64_t K = x.size(1), G = K / 32, T = (N + kTile - 1) / kTile;
+  TORCH_CHECK(K % 32 == 0 && qweight.scalar_type() == at::kByte && qweight.is_contiguous() &&
+                  qweight.numel() == T * G * 256,
+              "qweight: [ceil(N / 16), K / 32, 4, 64] uint8, dense");
+}
+
+at::Tensor int4_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
+                       const at::Tensor& mins, int64_t N) {
+  check_int4_tiles(x, qweight, N);
+  const int64_t G = x.size(1) / 32, T = (N + kTile - 1) / kTile;
+  for (const auto* s : {&scales, &mins})
+    TORCH_CHECK(s->is_contiguous() && s->scalar_type() == at::kHalf && s->numel() == T * G * kTile,
+                "scales, mins: [ceil(N / 16), K / 32, 16] fp16, dense");
+  return int4_tiles_linear(x, qweight, HalfScales{scales.data_ptr<at::Half>(), mins.data_ptr<at::Half>()},
+                           N);
+}
+
+void check_q4k_factors(const at::Tensor& sub, const at::Tensor& super, int64_t T, int64_t G) {
+  TORCH_CHECK(G % 8 == 0, "Q4_K: K must be a multiple of 256");
+  TORCH_CHECK(sub.is_contiguous() && sub.scalar_type() == at::kByte && sub.numel() == T * G * 2 * kTile,
+              "sub: [ceil(N / 16), K / 32, 2, 16] uint8 (sc, m), dense");
+  TORCH_CHECK(super.is_contiguous() && super.scalar_type() == at::kHalf &&
+                  super.numel() == T * (G / 8) * 2 * kTile,
+              "super: [ceil(N / 16), K / 256, 2, 16] fp16 (d, -dmin), dense");
+}
+
+// A GGUF's Q4_K weights exactly: int4_vnni_linear's nibbles, the factors of Q4KScales.
+at::Tensor q4k_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& sub,
+                           const at::Tensor& super, int64_t N) {
+  check_int4_tiles(x, qweight, N);
+  check_q4k_factors(sub, super, (N + kTile - 1) / kTile, x.size(1) / 32);
+  return int4_tiles_linear(x, qweight, Q4KScales{sub.data_ptr<uint8_t>(), super.data_ptr<at::Half>()},
+                           N);
 }
 
 at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& wsum,
@@ -1255,29 +1487,21 @@ std::string family() {
 #endif
 }
 
-// The fp32 weight [N, K] of int4_vnni_linear's layout (for inputs too long for the kernel).
-at::Tensor int4_vnni_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
-                           const at::Tensor& mins, int64_t N) {
-  TORCH_CHECK(qweight.dim() == 4 && qweight.scalar_type() == at::kByte &&
-                  qweight.is_contiguous() && qweight.size(2) == 4 && qweight.size(3) == 64,
-              "qweight: [T, G, 4, 64] uint8, dense");
-  const int64_t T = qweight.size(0), G = qweight.size(1), K = G * 32;
+// The fp32 weight [N, K] that tiled int4 weights stand for (for inputs too long for
+// the kernel, and the tests): q * scale + min, the product exact (4 bits times 17).
+template <class S>
+at::Tensor int4_tiles_dequantize(const uint8_t* q, const S& scales, int64_t T, int64_t G,
+                                 int64_t N, const at::TensorOptions& options) {
+  const int64_t K = G * 32;
   TORCH_CHECK(N <= T * kTile, "N within the tiles");
-  for (const auto* s : {&scales, &mins})
-    TORCH_CHECK(s->is_contiguous() && s->scalar_type() == at::kHalf && s->numel() == T * G * kTile,
-                "scales, mins: [T, G, 16] fp16, dense");
-  auto out = at::empty({N, K}, scales.options().dtype(at::kFloat));
-  const uint8_t* q = qweight.data_ptr<uint8_t>();
-  const at::Half* sc = scales.data_ptr<at::Half>();
-  const at::Half* mn = mins.data_ptr<at::Half>();
+  auto out = at::empty({N, K}, options.dtype(at::kFloat));
   float* o = out.data_ptr<float>();
   at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
       const int64_t t = n / kTile, j = n % kTile;
       for (int64_t g = 0; g < G; ++g) {
         const uint8_t* w = q + (t * G + g) * 256;
-        const int64_t at = (t * G + g) * kTile + j;
-        const float d = half_to_float(sc[at]), m = half_to_float(mn[at]);
+        const auto [d, m] = group_scales(scales, t, G, g, j);
         float* row = o + n * K + g * 32;
         for (int s = 0; s < 4; ++s)
           for (int b = 0; b < 4; ++b) {
@@ -1289,6 +1513,34 @@ at::Tensor int4_vnni_dequantize(const at::Tensor& qweight, const at::Tensor& sca
     }
   });
   return out;
+}
+
+void check_int4_qweight(const at::Tensor& qweight) {
+  TORCH_CHECK(qweight.dim() == 4 && qweight.scalar_type() == at::kByte &&
+                  qweight.is_contiguous() && qweight.size(2) == 4 && qweight.size(3) == 64,
+              "qweight: [T, G, 4, 64] uint8, dense");
+}
+
+at::Tensor int4_vnni_dequantize(const at::Tensor& qweight, const at::Tensor& scales,
+                           const at::Tensor& mins, int64_t N) {
+  check_int4_qweight(qweight);
+  const int64_t T = qweight.size(0), G = qweight.size(1);
+  for (const auto* s : {&scales, &mins})
+    TORCH_CHECK(s->is_contiguous() && s->scalar_type() == at::kHalf && s->numel() == T * G * kTile,
+                "scales, mins: [T, G, 16] fp16, dense");
+  return int4_tiles_dequantize(qweight.data_ptr<uint8_t>(),
+                               HalfScales{scales.data_ptr<at::Half>(), mins.data_ptr<at::Half>()},
+                               T, G, N, scales.options());
+}
+
+at::Tensor q4k_vnni_dequantize(const at::Tensor& qweight, const at::Tensor& sub,
+                               const at::Tensor& super, int64_t N) {
+  check_int4_qweight(qweight);
+  const int64_t T = qweight.size(0), G = qweight.size(1);
+  check_q4k_factors(sub, super, T, G);
+  return int4_tiles_dequantize(qweight.data_ptr<uint8_t>(),
+                               Q4KScales{sub.data_ptr<uint8_t>(), super.data_ptr<at::Half>()}, T, G,
+                               N, super.options());
 }
 
 // ---- the best logits of a row -----------------------------------------------------
@@ -1665,8 +1917,9 @@ void lora_add(const at::Tensor& out, const at::Tensor& x, const at::Tensor& a,
 // The same ops as the layer's Python path, called from C++: a decode step of a small
 // model spends about as long in Python between ops as in some of the ops. weights: per
 // projection (qkv, o, gate_up, down), int4 (qweight uint8, scales, mins) or int8
-// (qweight int8, wsum, scale), told apart by qweight's dtype (a Q4_K_M GGUF mixes them:
-// its Q6_K tensors are int8); out_features: their sizes.
+// (qweight int8, wsum, scale), or a GGUF's Q4_K exactly (qweight uint8 [T, G, 4, 64], sub
+// uint8, super fp16: q4k_vnni_linear), told apart by qweight's dtype, then the second
+// tensor's (a Q4_K_M GGUF mixes them: its Q6_K tensors are int8); out_features: their sizes.
 // residual becomes x + residual; returns the MLP's output (before its residual add).
 // lora: empty, or (a, bt, segs) of each of the four projections (empty tensors where
 // no adapter has a pair), whose deltas join each projection's output for the rows'
@@ -1685,12 +1938,14 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
               "lora: (a, bt, segs) of the four projections, and lora_slots");
   auto linear = [&](const at::Tensor& in, int64_t i) {
     const at::Tensor& qweight = weights[3 * i];
-    at::Tensor out =
-        qweight.scalar_type() == at::kChar
-            ? int8_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2],
-                               out_features[i])
-            : int4_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2],
-                               out_features[i]);
+    const at::Tensor &second = weights[3 * i + 1], &third = weights[3 * i + 2];
+    at::Tensor out;
+    if (qweight.scalar_type() == at::kChar)
+      out = int8_vnni_linear(in, qweight, second, third, out_features[i]);
+    else if (second.scalar_type() == at::kByte && qweight.size(2) == 4)  // Q4_K
+      out = q4k_vnni_linear(in, qweight, second, third, out_features[i]);
+    else
+      out = int4_vnni_linear(in, qweight, second, third, out_features[i]);
     if (!lora.empty()) lora_add(out, in, lora[3 * i], lora[3 * i + 1], lora[3 * i + 2], *lora_slots);
     return out;
   };
@@ -1742,6 +1997,10 @@ MELLEA_LIBRARY(MELLEA_CPU_NS, m) {
   m.impl("int4_vnni_linear", c10::DispatchKey::CPU, TORCH_FN(int4_vnni_linear));
   m.def("int4_vnni_dequantize(Tensor qweight, Tensor scales, Tensor mins, int n) -> Tensor");
   m.impl("int4_vnni_dequantize", c10::DispatchKey::CPU, TORCH_FN(int4_vnni_dequantize));
+  m.def("q4k_vnni_linear(Tensor x, Tensor qweight, Tensor sub, Tensor super, int n) -> Tensor");
+  m.impl("q4k_vnni_linear", c10::DispatchKey::CPU, TORCH_FN(q4k_vnni_linear));
+  m.def("q4k_vnni_dequantize(Tensor qweight, Tensor sub, Tensor super, int n) -> Tensor");
+  m.impl("q4k_vnni_dequantize", c10::DispatchKey::CPU, TORCH_FN(q4k_vnni_dequantize));
   m.def("int8_vnni_linear(Tensor x, Tensor qweight, Tensor wsum, Tensor scale, int n) -> Tensor");
   m.impl("int8_vnni_linear", c10::DispatchKey::CPU, TORCH_FN(int8_vnni_linear));
 }

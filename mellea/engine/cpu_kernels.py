@@ -224,6 +224,27 @@ def int4_vnni_linear(
     return _ops().int4_vnni_linear(x, qweight, scales, mins, n)
 
 
+def q4k_vnni_linear(
+    x: torch.Tensor, qweight: torch.Tensor, sub: torch.Tensor, super_: torch.Tensor, n: int
+) -> torch.Tensor:
+    """:func:`int4_vnni_linear` for a GGUF's Q4_K weights exactly
+    (:func:`mellea.engine.quant.tile_q4k`): each group's scale ``d * sc`` and minimum
+    ``-dmin * m`` formed in fp32 from the file's 6-bit ``sc``, ``m`` (``sub``) and fp16
+    ``d``, ``-dmin`` (``super_``), where :func:`int4_vnni_linear` reads them rounded to
+    fp16. Call :func:`available` first."""
+    if not x.is_contiguous():
+        x = x.contiguous()
+    return _ops().q4k_vnni_linear(x, qweight, sub, super_, n)
+
+
+def q4k_vnni_dequantize(
+    qweight: torch.Tensor, sub: torch.Tensor, super_: torch.Tensor, n: int
+) -> torch.Tensor:
+    """The fp32 weight [N, K] that :func:`q4k_vnni_linear`'s operands stand for: the
+    ``gguf`` package's dequantized values, bit for bit."""
+    return _ops().q4k_vnni_dequantize(qweight, sub, super_, n)
+
+
 def int8_vnni_linear(
     x: torch.Tensor, qweight: torch.Tensor, wsum: torch.Tensor, scale: torch.Tensor, n: int
 ) -> torch.Tensor:
@@ -360,6 +381,22 @@ def tile_int8_weights(
     """:func:`mellea.engine.quant.tile_rows` in one pass of C++ (the same bytes). Call
     :func:`available` first."""
     return _ops().tile_int8_weights(q.contiguous(), scale.float().contiguous())
+
+
+def tile_q4k_weights(
+    packed: torch.Tensor, sub: torch.Tensor, super_: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`mellea.engine.quant.tile_q4k` in one pass of C++ (the same bytes). Call
+    :func:`available` first."""
+    return _ops().tile_q4k_weights(packed.contiguous(), sub.contiguous(), super_.contiguous())
+
+
+def q4_k_exact(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Q4_K tensor's bytes [rows, row bytes] (uint8) as
+    :class:`mellea.engine.gguf_blocks.Q4KGroups`, the same bytes as
+    :func:`mellea.engine.gguf_blocks.to_q4k` gives, in one pass of C++. Call
+    :func:`available` first."""
+    return _ops().q4_k_exact(raw.contiguous())
 
 
 def q4_k_groups(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 namespace mellea_neon {
 
@@ -161,14 +162,51 @@ inline void store_rows(const float32x4_t* acc, const float* scale, float* out, i
   std::copy(row, row + valid, out);
 }
 
+// An int4 tile's per-group factors (cpu_kernels.cpp's HalfScales and Q4KScales, fp16 as
+// its bits): load(t, G, g, q, d, m) gives rows 4 q .. 4 q + 3's scale and min of (tile t,
+// group g).
+struct HalfScales {  // scale and min, fp16 [T, G, 16] each
+  const uint16_t* sc;
+  const uint16_t* mn;
+  void load(int64_t t, int64_t G, int64_t g, int q, float32x4_t& d, float32x4_t& m) const {
+    const int64_t at = (t * G + g) * kRows + 4 * q;
+    d = half4(sc + at);
+    m = half4(mn + at);
+  }
+};
+
+struct FloatScales {  // one tile's factors formed ahead: d [G][16], then m [G][16] per group
+  const float* dm;
+  void load(int64_t, int64_t, int64_t g, int q, float32x4_t& d, float32x4_t& m) const {
+    d = vld1q_f32(dm + g * 2 * kRows + 4 * q);
+    m = vld1q_f32(dm + g * 2 * kRows + kRows + 4 * q);
+  }
+};
+
+struct Q4KScales {  // a GGUF's Q4_K: sc, m uint8 [T, G, 2, 16]; d, -dmin fp16 [T, G/8, 2, 16]
+  const uint8_t* sub;
+  const uint16_t* super;
+  void load(int64_t t, int64_t G, int64_t g, int q, float32x4_t& d, float32x4_t& m) const {
+    const uint8_t* s = sub + (t * G + g) * 2 * kRows + 4 * q;
+    const uint16_t* h = super + (t * (G / 8) + g / 8) * 2 * kRows + 4 * q;
+    auto widen = [](const uint8_t* p) {  // 4 bytes -> 4 floats
+      uint32_t word;
+      std::memcpy(&word, p, 4);
+      const uint16x4_t wide = vget_low_u16(vmovl_u8(vcreate_u8(word)));
+      return vcvtq_f32_u32(vmovl_u16(wide));
+    };
+    d = vmulq_f32(half4(h), widen(s));  // exact: 11 bits times 6
+    m = vmulq_f32(half4(h + kRows), widen(s + kRows));
+  }
+};
+
 // int4: output rows [16 t, 16 t + 16) for MR activation rows (xq [MR, 2, K]: hi, then lo
-// parts; xscale, xsum [MR, K / 32]); scales and mins as fp16 bits. Part s's nibbles,
+// parts; xscale, xsum [MR, K / 32]); the factors from S (above). Part s's nibbles,
 // 16 bytes at a time, are 4 rows' elements 8 s .. 8 s + 3 (low) and 8 s + 4 .. + 7
 // (high): signed dot products of them (0..15) with the parts' bytes are exact.
-template <int MR>
-void int4_tile(const uint8_t* qw, const uint16_t* sc, const uint16_t* mn, const int8_t* xq,
-               const float* xscale, const float* xsum, float* out, int64_t N, int64_t K,
-               int64_t t) {
+template <int MR, class S>
+void int4_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
+               const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
   const int64_t G = K / 32;
   const uint8x16_t low = vdupq_n_u8(0x0F);
   float32x4_t acc[MR][4];
@@ -177,7 +215,6 @@ void int4_tile(const uint8_t* qw, const uint16_t* sc, const uint16_t* mn, const 
   const uint8_t* w = qw + t * G * 256;
   for (int64_t g = 0; g < G; ++g, w += 256) {
     for (int line = 0; line < 256; line += 64) __builtin_prefetch(w + kAhead + line);
-    const int64_t at = (t * G + g) * kRows;
     for (int q = 0; q < 4; ++q) {  // rows 4 q .. 4 q + 3
       int8x16_t wv[8];
       for (int s = 0; s < 4; ++s) {
@@ -185,7 +222,8 @@ void int4_tile(const uint8_t* qw, const uint16_t* sc, const uint16_t* mn, const 
         wv[2 * s] = vreinterpretq_s8_u8(vandq_u8(v, low));
         wv[2 * s + 1] = vreinterpretq_s8_u8(vshrq_n_u8(v, 4));
       }
-      const float32x4_t d = half4(sc + at + 4 * q), m = half4(mn + at + 4 * q);
+      float32x4_t d, m;
+      scales.load(t, G, g, q, d, m);
       for (int i = 0; i < MR; ++i) {
         const int8_t* xh = xq + i * 2 * K + g * 32;
         const int8_t* xl = xh + K;

@@ -6,9 +6,12 @@ What each format becomes (see docs/engine.md, "Loading"):
   our int4 groups exactly: the nibbles are copied as they are (ggml packs a block as
   we pack a group), the scale kept, the minimum ``-8 * scale`` for Q4_0 (exact in fp16).
 * ``Q4_K`` (super-blocks of 256: fp16 ``d`` and ``dmin``, eight sub-blocks of 32 with
-  6-bit scales and minimums) is our int4 groups with scale ``d * sc`` and minimum
-  ``-dmin * m`` rounded to fp16: exact where those products fit fp16's 11 bits, else
-  off by at most half an fp16 step of each (a relative 2**-11).
+  6-bit scales and minimums) is served as it is (:class:`Q4KGroups`, :func:`to_q4k`):
+  our int4 groups' nibbles, each group's ``sc`` and ``m``, each block's ``d`` and
+  ``-dmin``; the kernel forms the group's scale ``d * sc`` and minimum ``-dmin * m`` in
+  fp32, where they are exact, so the weights are the file's exactly. (:func:`to_int4`
+  still gives the older form, those products rounded to fp16, for a layer whose pieces
+  mix Q4_K with Q4_0 or Q4_1.)
 * Every other type (``Q8_0``, ``Q5_K``, ``Q6_K``, ``F16``, ``BF16``, ``F32``, ...) is
   widened to float32 exactly, a few thousand rows at a time (through
   :class:`Int8Blocks` where the type has that form, else by the ``gguf`` package's
@@ -32,7 +35,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 GROUP = 32  # elements per int4 group (quant.GROUP; not imported to keep torch out)
-# Block formats that our int4 groups hold (Q4_K with fp16-rounded scales, see above).
+# Block formats that our int4 layers hold exactly (Q4_K in its own form, Q4KGroups).
 INT4_TYPES = frozenset(
     {GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q4_K}
 )
@@ -92,8 +95,18 @@ def _q4_k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _q4_k_to_int4(b: np.ndarray) -> Int4Groups:
     """Q4_K blocks [rows, n, 144] -> int4 groups (8 per block)."""
-    rows, n = b.shape[:2]
+    rows = b.shape[0]
     scales, offsets = _k_scales(b)  # exact in fp32, rounded to fp16 here
+    return Int4Groups(
+        _q4_k_packed(b),
+        scales.astype(np.float16).reshape(rows, -1),
+        offsets.astype(np.float16).reshape(rows, -1),
+    )
+
+
+def _q4_k_packed(b: np.ndarray) -> np.ndarray:
+    """Q4_K blocks' nibbles [rows, n, 144] as our int4 groups' packing [rows, n * 128]."""
+    rows, n = b.shape[:2]
     # 128 bytes of nibbles: for each 64 elements, 32 bytes whose low nibbles are the
     # first sub-block of 32 and high nibbles the second, element by element. Ours
     # packs element j of a group with element j + 16, so in 8-byte words (x: bytes
@@ -105,11 +118,54 @@ def _q4_k_to_int4(b: np.ndarray) -> Int4Groups:
     packed = np.empty((rows, n, 4, 2, 2), np.uint64)  # [.., 64 elements, group, word]
     np.bitwise_or(x & low, (y & low) << np.uint64(4), out=packed[..., 0, :])
     np.bitwise_or((x >> np.uint64(4)) & low, y & ~low, out=packed[..., 1, :])
-    return Int4Groups(
-        packed.view(np.uint8).reshape(rows, -1),
-        scales.astype(np.float16).reshape(rows, -1),
-        offsets.astype(np.float16).reshape(rows, -1),
-    )
+    return packed.view(np.uint8).reshape(rows, -1)
+
+
+class Q4KGroups(NamedTuple):
+    """A Q4_K tensor's values as the file holds them, row by row: ``packed`` [rows, K/2]
+    uint8 as :class:`Int4Groups` packs nibbles; ``sub_scales`` [rows, K/32, 2] uint8, each
+    group's 6-bit ``sc`` and ``m``; ``super_scales`` [rows, K/256, 2] fp16, each block's
+    ``d`` and ``-dmin``. ``w = q * (d * sc) + (-dmin) * m``, the products formed in fp32
+    (exact there: 11 bits times 6), which is the reference dequantizer's value bit for
+    bit (:func:`q4k_values`)."""
+
+    packed: np.ndarray
+    sub_scales: np.ndarray
+    super_scales: np.ndarray
+
+
+def to_q4k(raw: np.ndarray) -> Q4KGroups:
+    """A Q4_K tensor's bytes [rows, row bytes] as :class:`Q4KGroups` (NumPy; the C++
+    ``q4_k_exact`` gives the same bytes in one pass)."""
+    b = blocks(raw, GGMLQuantizationType.Q4_K)
+    rows, n = b.shape[:2]
+    sc, mn = _q4_k_scales(b[..., 4:16])
+    sub = np.stack([sc, mn], axis=-1).reshape(rows, n * 8, 2)
+    factors = np.stack([_fp16(b, 0), -_fp16(b, 2)], axis=-1).reshape(rows, n, 2)
+    return Q4KGroups(_q4_k_packed(b), np.ascontiguousarray(sub), np.ascontiguousarray(factors))
+
+
+def q4k_factors(groups: Q4KGroups) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's scale ``d * sc`` and minimum ``-dmin * m`` in fp32 [rows, K/32] (exact)."""
+    d = np.repeat(groups.super_scales.astype(np.float32), 8, axis=1)  # [rows, K/32, 2]
+    products = d * groups.sub_scales.astype(np.float32)
+    return products[..., 0], products[..., 1]
+
+
+def q4k_values(groups: Q4KGroups) -> np.ndarray:
+    """:class:`Q4KGroups` as float32 [rows, K]: the reference dequantizer's values."""
+    rows = groups.packed.shape[0]
+    packed = groups.packed.reshape(rows, -1, 16)
+    q = np.concatenate([packed & 0x0F, packed >> 4], axis=-1).astype(np.float32)
+    scale, low = q4k_factors(groups)
+    return (q * scale[..., None] + low[..., None]).reshape(rows, -1)
+
+
+def q4k_to_int4(groups: Q4KGroups) -> Int4Groups:
+    """:class:`Q4KGroups` in the fp16 form (:func:`to_int4`'s for Q4_K: each factor rounded
+    to fp16), for a layer whose other pieces are Q4_0 or Q4_1."""
+    scale, low = q4k_factors(groups)
+    return Int4Groups(groups.packed, scale.astype(np.float16), low.astype(np.float16))
 
 
 class Int8Blocks(NamedTuple):

@@ -126,12 +126,15 @@ class GGUFTensor:
                 offsets[start : start + rows] = part.offsets
         return Int8Blocks(q, scales, offsets, first.block)
 
-    def int4(self):  # -> gguf_blocks.Int4Groups | None
-        """The tensor as int4 groups where its block format maps onto them, else None."""
-        from mellea.engine.gguf_blocks import INT4_TYPES, to_int4
+    def int4(self):  # -> gguf_blocks.Int4Groups | gguf_blocks.Q4KGroups | None
+        """The tensor as int4 groups where its block format maps onto them (Q4_K as the
+        file holds it, ``Q4KGroups``), else None."""
+        from mellea.engine.gguf_blocks import INT4_TYPES, to_int4, to_q4k
 
         if self.qtype not in INT4_TYPES or len(self.shape) != 2 or self.offset:
             return None
+        if getattr(self.qtype, "name", None) == "Q4_K":
+            return to_q4k(self.raw)
         return to_int4(self.raw, self.qtype)
 
 

@@ -43,10 +43,11 @@ def _fused_operands(
     linear: Int4Linear | Int8Linear,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What :func:`cpu_kernels.decode_layer` takes for one tiled projection: int4
-    (qweight, scales, mins) or int8 (qweight, wsum, scale)."""
+    (qweight, scales, mins), a GGUF's Q4_K exactly (qweight, uint8 sub-scales, fp16
+    super-scales) or int8 (qweight, wsum, scale); the op tells them apart by dtypes."""
     if linear.qweight.dtype == torch.int8:
         return linear.qweight, linear.wsum, linear.tiled_scale
-    return linear.qweight, linear.scales, linear.mins
+    return linear.qweight, *linear.factors
 
 
 def _norm(

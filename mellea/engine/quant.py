@@ -382,6 +382,18 @@ def dequantize_groups(
     return (q * scales.float()[..., None] + mins.float()[..., None]).reshape(n, -1)
 
 
+def dequantize_q4k(packed: torch.Tensor, sub: torch.Tensor, super_: torch.Tensor) -> torch.Tensor:
+    """The fp32 weight [N, K] of a GGUF's Q4_K groups as the file holds them
+    (:class:`~mellea.engine.gguf_blocks.Q4KGroups`: nibbles, each group's 6-bit ``sc`` and
+    ``m`` [N, K/32, 2], each block's ``d`` and ``-dmin`` [N, K/256, 2]): the reference
+    dequantizer's values bit for bit (every product exact in fp32)."""
+    n = packed.shape[0]
+    halves = packed.reshape(n, -1, GROUP // 2)
+    q = torch.cat([halves & 0x0F, halves >> 4], dim=-1).float()
+    factors = super_.float().repeat_interleave(8, dim=1) * sub.float()  # [N, K/32, 2]
+    return (q * factors[..., 0:1] + factors[..., 1:2]).reshape(n, -1)
+
+
 # A checkpoint is 4-bit already when int4 reproduces its weights to within this
 # fraction of each group's step (fp32 rounding of the stored dequantized values).
 EXACT_INT4 = 1e-3
@@ -545,6 +557,32 @@ def tile_groups_torch(
     return qweight, per_tile(scales), per_tile(mins)
 
 
+def tile_q4k(
+    packed: torch.Tensor, sub: torch.Tensor, super_: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`tile_q4k_torch`'s layout, in one pass of C++ where the kernels run
+    (``cpu_kernels.tile_q4k_weights``, the same bytes)."""
+    if cpu_kernels.available():
+        return cpu_kernels.tile_q4k_weights(packed, sub, super_)
+    return tile_q4k_torch(packed, sub, super_)
+
+
+def tile_q4k_torch(
+    packed: torch.Tensor, sub: torch.Tensor, super_: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A GGUF's Q4_K groups (:class:`~mellea.engine.gguf_blocks.Q4KGroups`) in the layout
+    of ``cpu_kernels.q4k_vnni_linear``: the nibbles as :func:`tile_groups_torch` tiles
+    them; ``sub`` [N, K/32, 2] as [tiles, groups, 2, 16] (each group's 16 rows' ``sc``,
+    then their ``m``); ``super_`` [N, K/256, 2] as [tiles, blocks, 2, 16] (``d``, then
+    ``-dmin``); rows past N zero."""
+    qweight, sc, m = tile_groups_torch(packed, sub[..., 0], sub[..., 1])
+    n, blocks = super_.shape[:2]
+    tiles = -(-n // TILE)
+    padded = F.pad(super_, (0, 0, 0, 0, 0, tiles * TILE - n))
+    factors = padded.view(tiles, TILE, blocks, 2).permute(0, 2, 3, 1).contiguous()
+    return qweight, torch.stack([sc, m], dim=2).contiguous(), factors
+
+
 def tile_rows(
     q: torch.Tensor, scale: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -586,11 +624,18 @@ def tile_rows_torch(
 class Int4Linear(nn.Module):
     """A linear layer with 4-bit weights in groups of 32 (:func:`quantize_groups`).
 
-    With the C++ kernels (any family: the layout is the same on AVX-512, AVX2 and
+    With the C++ kernels (any family: the layout is the same on AVX-512, AVX2, NEON and
     generic builds) every input goes to :func:`cpu_kernels.int4_vnni_linear` (weights
     in :func:`tile_groups`' layout; activations split into two int8 parts per group,
     about 16 bits, for the integer dot product). A machine without the C++ kernels
     dequantizes the weight to fp32 for the fp32 GEMM.
+
+    A GGUF's Q4_K tensors come as the file holds them
+    (:class:`~mellea.engine.gguf_blocks.Q4KGroups`: nibbles, 6-bit ``sc`` and ``m`` per
+    group, fp16 ``d`` and ``-dmin`` per block of 256) and stay so (:attr:`q4k`):
+    :func:`cpu_kernels.q4k_vnni_linear` forms each group's scale and minimum in fp32,
+    where they are exact, so the layer serves the file's weights exactly; the fp16
+    form would round them to fp16.
     """
 
     def __init__(
@@ -599,33 +644,47 @@ class Int4Linear(nn.Module):
         bias: torch.Tensor | None,
         groups: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
-        """Quantize ``weight`` [out, in], or take ``groups``, :func:`quantize_groups`'
-        output as it is (a GGUF's 4-bit blocks, see :mod:`mellea.engine.gguf_blocks`)."""
+        """Quantize ``weight`` [out, in], or take ``groups``: :func:`quantize_groups`'
+        output, or a GGUF's 4-bit blocks as :mod:`mellea.engine.gguf_blocks` gives them
+        (``Int4Groups``, or ``Q4KGroups``: told apart by their uint8 sub-scales)."""
         super().__init__()
         if groups is None:
             assert weight is not None
             groups = quantize_groups(weight)
         packed, scales, mins = groups
         self.out_features, self.in_features = packed.shape[0], packed.shape[1] * 2
+        self.q4k = scales.dtype == torch.uint8
         self.kernel = cpu_kernels.available()
         self.tiled = self.kernel
         # The tiled kernel beats dequantizing for the fp32 GEMM at any length (3072x576,
         # AVX512-VNNI: 2.6 against 5.5 ms at 256 rows); the fp32 one only up to 32 rows.
         self.max_kernel_rows = INT4_KERNEL_MAX_ROWS
         if self.tiled:
-            packed, scales, mins = tile_groups(packed, scales, mins)
+            tile = tile_q4k if self.q4k else tile_groups
+            packed, scales, mins = tile(packed, scales, mins)
             self.max_kernel_rows = 1 << 62
         self.register_buffer("qweight", packed)
-        self.register_buffer("scales", scales)
-        self.register_buffer("mins", mins)
+        if self.q4k:
+            self.register_buffer("sub_scales", scales)
+            self.register_buffer("super_scales", mins)
+        else:
+            self.register_buffer("scales", scales)
+            self.register_buffer("mins", mins)
         self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
+
+    @property
+    def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The weights' two factor tensors as the kernels take them: (scales, mins), or
+        for :attr:`q4k` (sub_scales, super_scales)."""
+        if self.q4k:
+            return self.sub_scales, self.super_scales
+        return self.scales, self.mins
 
     def _multiply(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 [rows, in] (at most ``max_kernel_rows``) -> [rows, out], in C++."""
         if self.tiled:
-            return cpu_kernels.int4_vnni_linear(
-                x, self.qweight, self.scales, self.mins, self.out_features
-            )
+            linear = cpu_kernels.q4k_vnni_linear if self.q4k else cpu_kernels.int4_vnni_linear
+            return linear(x, self.qweight, *self.factors, self.out_features)
         return cpu_kernels.int4_linear(x, self.qweight, self.scales, self.mins)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -644,9 +703,15 @@ class Int4Linear(nn.Module):
     def dequantized(self) -> torch.Tensor:
         """The fp32 weight this layer stands for."""
         if self.tiled:
+            if self.q4k:
+                return cpu_kernels.q4k_vnni_dequantize(
+                    self.qweight, *self.factors, self.out_features
+                )
             return cpu_kernels.int4_vnni_dequantize(
                 self.qweight, self.scales, self.mins, self.out_features
             )
+        if self.q4k:
+            return dequantize_q4k(self.qweight, *self.factors)
         if self.kernel:
             return cpu_kernels.int4_dequantize(self.qweight, self.scales, self.mins)
         return dequantize_groups(self.qweight, self.scales, self.mins)

@@ -101,13 +101,14 @@ class _GGUFTensor:
 
     def int4(self) -> Any:
         """The tensor as int4 groups where its block format maps onto them, else None;
-        a Q4_K tensor in one pass of C++ where the kernels run (the same bytes)."""
+        a Q4_K tensor as the file holds it (``Q4KGroups``), in one pass of C++ where the
+        kernels run (the same bytes)."""
         from mellea.engine import cpu_kernels
-        from mellea.engine.gguf_blocks import Int4Groups
+        from mellea.engine.gguf_blocks import Q4KGroups
 
         raw = self._raw_in_cpp(("Q4_K",))
         if raw is not None:
-            return Int4Groups(*(part.numpy() for part in cpu_kernels.q4_k_groups(raw)))
+            return Q4KGroups(*(part.numpy() for part in cpu_kernels.q4_k_exact(raw)))
         return self.inner.int4()
 
     def _raw_in_cpp(self, types: tuple[str, ...]) -> torch.Tensor | None:
@@ -360,7 +361,14 @@ def _int8_rows(job: _Pending, rows: torch.Tensor | None) -> tuple[torch.Tensor, 
 
 
 def _int4_groups(groups: list[Any], rows: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-    """Pieces' int4 groups stacked along the rows (``rows`` reordered) as torch tensors."""
+    """Pieces' int4 groups stacked along the rows (``rows`` reordered) as torch tensors.
+    Q4_K pieces keep their own form (``Q4KGroups``) unless another piece of the layer is
+    Q4_0 or Q4_1: then they take the fp16 form, which holds both."""
+    from mellea.engine.gguf_blocks import Q4KGroups, q4k_to_int4
+
+    exact = [isinstance(g, Q4KGroups) for g in groups]
+    if any(exact) and not all(exact):
+        groups = [q4k_to_int4(g) if is_q4k else g for g, is_q4k in zip(groups, exact, strict=True)]
     # One piece is used as it is: concatenate would copy it.
     stacked = [
         parts[0] if len(parts) == 1 else np.concatenate(parts)

@@ -255,28 +255,65 @@ void check_activation_parts() {
   report("group_top_and_sum + split_group", cases, before);
 }
 
-// Runs tile(rows, t) on MR rows for every tile; out [MR, N], untouched past N.
+// Runs tile(rows, t) on MR rows for every tile; out [MR, N], untouched past N. q4k: the
+// factors as a GGUF's Q4_K holds them (6-bit sc and m per group, fp16 d and -dmin per 8
+// groups), whose products the reference forms in fp32; else fp16 scales and mins.
 template <int MR>
-void check_int4(int N, int K) {
+void check_int4(int N, int K, bool q4k) {
   const int G = K / 32, T = (N + 15) / 16;
   std::vector<uint8_t> qw(T * G * 256);
   std::vector<uint16_t> sc(T * G * 16), mn(T * G * 16);
+  std::vector<uint8_t> sub(T * G * 32);
+  std::vector<uint16_t> super(T * (G / 8) * 32);
   for (auto& b : qw) b = static_cast<uint8_t>(integer(0, 255));
   for (int i = 0; i < T * G * 16; ++i) {
     sc[i] = float_to_half_bits(uniform(0.f, 0.05f));
     mn[i] = float_to_half_bits(uniform(-0.4f, 0.f));
   }
+  for (auto& b : sub) b = static_cast<uint8_t>(integer(0, 63));
+  for (int i = 0; i < T * (G / 8); ++i)
+    for (int j = 0; j < 16; ++j) {
+      super[i * 32 + j] = float_to_half_bits(uniform(1e-4f, 2e-3f));
+      super[i * 32 + 16 + j] = float_to_half_bits(-uniform(1e-4f, 2e-3f));
+    }
+  auto factors = [&](int t, int g, int j, float& d, float& m) {
+    if (!q4k) {
+      const int at = (t * G + g) * 16 + j;
+      d = half_bits_to_float(sc[at]);
+      m = half_bits_to_float(mn[at]);
+      return;
+    }
+    const uint8_t* s = sub.data() + (t * G + g) * 32;
+    const uint16_t* h = super.data() + (t * (G / 8) + g / 8) * 32;
+    d = half_bits_to_float(h[j]) * static_cast<float>(s[j]);
+    m = half_bits_to_float(h[16 + j]) * static_cast<float>(s[16 + j]);
+  };
   for (int g = 0; g < G; ++g) std::fill_n(&qw[g * 256 + 64 * (g % 4)], 64, uint8_t{0xFF});
   const std::vector<float> x = activations(MR, K);
   const Parts p = ref_parts(x, MR, K);
   std::vector<float> got(MR * N + 1, 0.f);
   got[MR * N] = -1.f;  // a sentinel past the end
   for (int t = 0; t < T; ++t)
-    nk::int4_tile<MR>(qw.data(), sc.data(), mn.data(), p.q.data(), p.step.data(), p.sum.data(),
-                      got.data(), N, K, t);
+    if (q4k)
+      nk::int4_tile<MR>(qw.data(), nk::Q4KScales{sub.data(), super.data()}, p.q.data(),
+                        p.step.data(), p.sum.data(), got.data(), N, K, t);
+    else
+      nk::int4_tile<MR>(qw.data(), nk::HalfScales{sc.data(), mn.data()}, p.q.data(),
+                        p.step.data(), p.sum.data(), got.data(), N, K, t);
   char what[64];
-  std::snprintf(what, sizeof what, "int4_tile<%d> N=%d K=%d", MR, N, K);
+  std::snprintf(what, sizeof what, "int4_tile<%d>%s N=%d K=%d", MR, q4k ? " Q4_K" : "", N, K);
   if (got[MR * N] != -1.f) fail(what, "wrote past the end", got[MR * N], -1.f);
+  if (q4k) {  // the same factors formed ahead per tile (FloatScales): the same bits
+    std::vector<float> ahead(MR * N, 0.f), dm(G * 32);
+    for (int t = 0; t < T; ++t) {
+      for (int g = 0; g < G; ++g)
+        for (int j = 0; j < 16; ++j) factors(t, g, j, dm[g * 32 + j], dm[g * 32 + 16 + j]);
+      nk::int4_tile<MR>(qw.data(), nk::FloatScales{dm.data()}, p.q.data(), p.step.data(),
+                        p.sum.data(), ahead.data(), N, K, t);
+    }
+    for (int e = 0; e < MR * N; ++e)
+      if (!same(ahead[e], got[e])) fail(what, "FloatScales against Q4KScales", ahead[e], got[e]);
+  }
   for (int i = 0; i < MR; ++i)
     for (int n = 0; n < N; ++n) {
       const int t = n / 16, j = n % 16;
@@ -285,8 +322,8 @@ void check_int4(int N, int K) {
       for (int g = 0; g < G; ++g) {
         const uint8_t* w = qw.data() + (t * G + g) * 256;
         const int8_t* xh = p.q.data() + i * 2 * K + g * 32;
-        const int at = (t * G + g) * 16 + j;
-        const float d = half_bits_to_float(sc[at]), m = half_bits_to_float(mn[at]);
+        float d, m;
+        factors(t, g, j, d, m);
         int32_t hi = 0, lo = 0;
         for (int e = 0; e < 32; ++e) {
           const int q = int4_element(w, j, e);
@@ -357,9 +394,13 @@ template <int MR>
 void check_tiles(int& cases) {
   for (int N : {16, 5, 37, 64})
     for (int K : {32, 96, 512}) {
-      check_int4<MR>(N, K);
+      check_int4<MR>(N, K, false);
       check_int8<MR>(N, K);
       cases += 2;
+      if (K % 256 == 0) {  // Q4_K's blocks of 8 groups
+        check_int4<MR>(N, K, true);
+        ++cases;
+      }
     }
 }
 
@@ -377,7 +418,7 @@ int main() {
   check_tiles<2>(cases);
   check_tiles<3>(cases);
   check_tiles<4>(cases);
-  report("int4_tile and int8_tile, 1-4 rows", cases, before);
+  report("int4_tile (fp16 and Q4_K factors) and int8_tile, 1-4 rows", cases, before);
   if (failures) {
     std::printf("%d mismatches\n", failures);
     return 1;

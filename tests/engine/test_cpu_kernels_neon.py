@@ -30,7 +30,7 @@ KERNELS = [
     "silu_mul8",
     "above8",
     "group_top_and_sum + split_group",
-    "int4_tile and int8_tile, 1-4 rows",
+    "int4_tile (fp16 and Q4_K factors) and int8_tile, 1-4 rows",
 ]
 
 
