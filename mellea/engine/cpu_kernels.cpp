@@ -1452,35 +1452,52 @@ constexpr int64_t kLoraChunk = 64;
 #endif
 static_assert(kLoraBlock % kLoraChunk == 0, "a block of bt is whole passes");
 
-// h[i] = a . x[i] over K, for MR rows x[i] (fp32) and one row a of A (fp16).
-template <int MR>
+// h[i][c + j] = a_j . x[i] over K, for MR rows x[i] (fp32) and NA rows a_j = a + j K of
+// A (fp16): NA * MR independent sums (one would wait on its own adds), each in the order
+// a single row's would take.
+template <int MR, int NA>
 inline void lora_dots(const at::Half* a, const float* const* x, int64_t K, float* const* h,
                       int64_t c) {
-  float s[MR] = {};
+  float s[MR][NA] = {};
   int64_t k = 0;
 #ifdef __AVX512F__
-  __m512 acc[MR];
-  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  __m512 acc[MR][NA];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NA; ++j) acc[i][j] = _mm512_setzero_ps();
   for (; k + 16 <= K; k += 16) {
-    const __m512 w =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + k)));
-    for (int i = 0; i < MR; ++i) acc[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x[i] + k), acc[i]);
+    __m512 w[NA];
+    for (int j = 0; j < NA; ++j)
+      w[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j * K + k)));
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x[i] + k);
+      for (int j = 0; j < NA; ++j) acc[i][j] = _mm512_fmadd_ps(w[j], xv, acc[i][j]);
+    }
   }
-  for (int i = 0; i < MR; ++i) s[i] = _mm512_reduce_add_ps(acc[i]);
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NA; ++j) s[i][j] = _mm512_reduce_add_ps(acc[i][j]);
 #elif defined(MELLEA_AVX2)
-  __m256 acc[MR];
-  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  __m256 acc[MR][NA];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NA; ++j) acc[i][j] = _mm256_setzero_ps();
   for (; k + 8 <= K; k += 8) {
-    const __m256 w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + k)));
-    for (int i = 0; i < MR; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x[i] + k), acc[i]);
+    __m256 w[NA];
+    for (int j = 0; j < NA; ++j)
+      w[j] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + j * K + k)));
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x[i] + k);
+      for (int j = 0; j < NA; ++j) acc[i][j] = _mm256_fmadd_ps(w[j], xv, acc[i][j]);
+    }
   }
-  for (int i = 0; i < MR; ++i) s[i] = reduce_add_ps(acc[i]);
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NA; ++j) s[i][j] = reduce_add_ps(acc[i][j]);
 #endif
-  for (; k < K; ++k) {
-    const float w = half_to_float(a[k]);
-    for (int i = 0; i < MR; ++i) s[i] += w * x[i][k];
-  }
-  for (int i = 0; i < MR; ++i) h[i][c] = s[i];
+  for (; k < K; ++k)
+    for (int j = 0; j < NA; ++j) {
+      const float w = half_to_float(a[j * K + k]);
+      for (int i = 0; i < MR; ++i) s[i][j] += w * x[i][k];
+    }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NA; ++j) h[i][c + j] = s[i][j];
 }
 
 // out[i][0, n) += sum_c h[i][c] * bt[c * ld + (0, n)] over `cols` columns c, for MR
@@ -1625,7 +1642,11 @@ void lora_add(const at::Tensor& out, const at::Tensor& x, const at::Tensor& a,
           hr[i] = h.data() + i * cols;
           orow[i] = op + t * N + r0;
         }
-        for (int64_t c = 0; c < cols; ++c) lora_dots<MR>(ap + (c0 + c) * K, xr, K, hr, c);
+        // A's rows 4 at a time for 1 or 2 rows, 2 at a time for 3 or 4 (registers).
+        constexpr int NA = MR <= 2 ? 4 : 2;
+        int64_t c = 0;
+        for (; c + NA <= cols; c += NA) lora_dots<MR, NA>(ap + (c0 + c) * K, xr, K, hr, c);
+        for (; c < cols; ++c) lora_dots<MR, 1>(ap + (c0 + c) * K, xr, K, hr, c);
         for (int64_t o0 = 0; o0 < width; o0 += kLoraBlock) {
           const int64_t nb = std::min(kLoraBlock, width - o0);
           const at::Half* b = bp + s[5] + o0 * cols;  // this block: [cols, nb]
