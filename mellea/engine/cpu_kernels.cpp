@@ -1682,50 +1682,74 @@ void rope_store_kv(const at::Tensor& qkv, const at::Tensor& rope, const at::Tens
 // base model) has a low-rank pair on the projection, its scale folded into B. One
 // projection's pairs of every loaded adapter come packed (lora.py's pack_fused):
 //   a     [C, K] fp16: each adapter's A rows (those of all its pieces) together
-//   bt    [*] fp16, flat: per segment its B transposed, [c1 - c0, r1 - r0], row-major
+//   bt    [*] fp16, flat: per segment its B transposed, [c1 - c0, r1 - r0], in blocks
+//         of kLoraBlock output rows: block j is [c1 - c0, its width] row-major, so the
+//         products with one block read one contiguous run
 //   segs  [S, 6] int64, a slot's segments together: slot, r0, r1, c0, c1, offset in bt
 // A segment is one piece of a fused projection (q, k or v; gate or up; all of o or
-// down): B's output rows [r0, r1) from the product with A's rows [c0, c1). The rows of
-// one slot are multiplied together, up to 4 per pass, so an adapter's A and B are read
-// once per step whatever its number of rows; fp16 halves what fp32 pairs would read.
+// down): B's output rows [r0, r1) from the product with A's rows [c0, c1). The pieces
+// of one projection have their own A rows, so one task takes a segment and up to 4 of
+// its slot's rows through both products (h = A x, then out += B h): a call is one
+// parallel region, and with one row per adapter (a mixed batch) each pair is read once.
+// fp16 halves what fp32 pairs would read.
+
+constexpr int64_t kLoraBlock = 64;  // output rows per block of bt (lora.py's LORA_BLOCK)
 
 #ifdef __AVX512F__
-constexpr int64_t kLoraChunk = 64;  // output columns per task: 4 vectors per row
+constexpr int64_t kLoraChunk = 64;  // output columns per pass of lora_products: 4 vectors per row
 #elif defined(MELLEA_AVX2)
 constexpr int64_t kLoraChunk = 32;
 #else
 constexpr int64_t kLoraChunk = 64;
 #endif
+static_assert(kLoraBlock % kLoraChunk == 0, "a block of bt is whole passes");
 
-// h[i] = a . x[i] over K, for MR rows x[i] (fp32) and one row a of A (fp16).
-template <int MR>
+// h[i][c + j] = a_j . x[i] over K, for MR rows x[i] (fp32) and NA rows a_j = a + j K of
+// A (fp16): NA * MR independent sums (one would wait on its own adds), each in the order
+// a single row's would take.
+template <int MR, int NA>
 inline void lora_dots(const at::Half* a, const float* const* x, int64_t K, float* const* h,
                       int64_t c) {
-  float s[MR] = {};
+  float s[MR][NA] = {};
   int64_t k = 0;
 #ifdef __AVX512F__
-  __m512 acc[MR];
-  for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_ps();
+  __m512 acc[MR][NA];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NA; ++j) acc[i][j] = _mm512_setzero_ps();
   for (; k + 16 <= K; k += 16) {
-    const __m512 w =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + k)));
-    for (int i = 0; i < MR; ++i) acc[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x[i] + k), acc[i]);
+    __m512 w[NA];
+    for (int j = 0; j < NA; ++j)
+      w[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + j * K + k)));
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x[i] + k);
+      for (int j = 0; j < NA; ++j) acc[i][j] = _mm512_fmadd_ps(w[j], xv, acc[i][j]);
+    }
   }
-  for (int i = 0; i < MR; ++i) s[i] = _mm512_reduce_add_ps(acc[i]);
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NA; ++j) s[i][j] = _mm512_reduce_add_ps(acc[i][j]);
 #elif defined(MELLEA_AVX2)
-  __m256 acc[MR];
-  for (int i = 0; i < MR; ++i) acc[i] = _mm256_setzero_ps();
+  __m256 acc[MR][NA];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NA; ++j) acc[i][j] = _mm256_setzero_ps();
   for (; k + 8 <= K; k += 8) {
-    const __m256 w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + k)));
-    for (int i = 0; i < MR; ++i) acc[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x[i] + k), acc[i]);
+    __m256 w[NA];
+    for (int j = 0; j < NA; ++j)
+      w[j] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + j * K + k)));
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x[i] + k);
+      for (int j = 0; j < NA; ++j) acc[i][j] = _mm256_fmadd_ps(w[j], xv, acc[i][j]);
+    }
   }
-  for (int i = 0; i < MR; ++i) s[i] = reduce_add_ps(acc[i]);
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NA; ++j) s[i][j] = reduce_add_ps(acc[i][j]);
 #endif
-  for (; k < K; ++k) {
-    const float w = half_to_float(a[k]);
-    for (int i = 0; i < MR; ++i) s[i] += w * x[i][k];
-  }
-  for (int i = 0; i < MR; ++i) h[i][c] = s[i];
+  for (; k < K; ++k)
+    for (int j = 0; j < NA; ++j) {
+      const float w = half_to_float(a[j * K + k]);
+      for (int i = 0; i < MR; ++i) s[i][j] += w * x[i][k];
+    }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NA; ++j) h[i][c + j] = s[i][j];
 }
 
 // out[i][0, n) += sum_c h[i][c] * bt[c * ld + (0, n)] over `cols` columns c, for MR
@@ -1798,14 +1822,6 @@ inline void lora_products(const at::Half* bt, int64_t ld, int64_t cols, const fl
 #endif
 }
 
-// One slot's rows of a step and where its pairs lie in a projection's pack.
-struct LoraGroup {
-  std::vector<int64_t> rows;
-  int64_t seg_begin, seg_end;  // its segments in segs
-  int64_t col_begin, cols;     // its rows of A
-  int64_t h_offset;            // its products with A: [rows, cols] from here
-};
-
 void check_lora_pack(const at::Tensor& a, const at::Tensor& bt, const at::Tensor& segs,
                      int64_t K, int64_t N) {
   TORCH_CHECK(a.dim() == 2 && a.size(1) == K && a.is_contiguous() && a.scalar_type() == at::kHalf,
@@ -1836,76 +1852,62 @@ void lora_add(const at::Tensor& out, const at::Tensor& x, const at::Tensor& a,
   check_lora_pack(a, bt, segs, K, N);
   const int32_t* slot = lora_slots.data_ptr<int32_t>();
   const int64_t* sg = segs.data_ptr<int64_t>();
-  std::vector<LoraGroup> groups;
-  int64_t h_size = 0;
+  // One task: a segment and up to 4 rows of its slot (rows[first, first + n)). A slot's
+  // tasks go row block by row block, each block over all its segments, so that two
+  // threads splitting the list in halves get about the same work.
+  struct Task {
+    int64_t seg, first, n;
+  };
+  std::vector<int64_t> rows;
+  std::vector<Task> tasks;
   for (int64_t i = 0, S = segs.size(0); i < S;) {
-    const int64_t s = sg[6 * i];
-    int64_t j = i, c0 = sg[6 * i + 3], c1 = sg[6 * i + 4];
-    for (; j < S && sg[6 * j] == s; ++j) {
-      c0 = std::min(c0, sg[6 * j + 3]);
-      c1 = std::max(c1, sg[6 * j + 4]);
-    }
-    LoraGroup g{{}, i, j, c0, c1 - c0, h_size};
+    int64_t j = i;
+    while (j < S && sg[6 * j] == sg[6 * i]) ++j;
+    const int64_t first = rows.size();
     for (int64_t t = 0; t < T; ++t)
-      if (slot[t] == s) g.rows.push_back(t);
-    if (!g.rows.empty()) {
-      h_size += static_cast<int64_t>(g.rows.size()) * g.cols;
-      groups.push_back(std::move(g));
-    }
+      if (slot[t] == sg[6 * i]) rows.push_back(t);
+    const int64_t n = rows.size() - first;
+    for (int64_t m = 0; m < n; m += 4)
+      for (int64_t s = i; s < j; ++s) tasks.push_back({s, first + m, std::min<int64_t>(4, n - m)});
     i = j;
   }
-  if (groups.empty()) return;
-  std::vector<float> h(h_size);
+  if (tasks.empty()) return;
   const at::Half* ap = a.data_ptr<at::Half>();
   const at::Half* bp = bt.data_ptr<at::Half>();
   const float* xp = x.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  // The products with A: one task item per (group, row of A).
-  std::vector<std::pair<int64_t, int64_t>> dots;
-  for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g)
-    for (int64_t c = 0; c < groups[g].cols; ++c) dots.emplace_back(g, c);
-  at::parallel_for(0, static_cast<int64_t>(dots.size()), 16, [&](int64_t begin, int64_t end) {
-    for (int64_t d = begin; d < end; ++d) {
-      const LoraGroup& g = groups[dots[d].first];
-      const int64_t c = dots[d].second;
-      const at::Half* arow = ap + (g.col_begin + c) * K;
-      const int64_t n = g.rows.size();
-      for_row_blocks(n, [&](auto rows, int64_t m) {
-        constexpr int MR = decltype(rows)::value;
+  at::parallel_for(0, static_cast<int64_t>(tasks.size()), 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> h;
+    for (int64_t it = begin; it < end; ++it) {
+      const Task& task = tasks[it];
+      const int64_t* s = sg + 6 * task.seg;
+      const int64_t r0 = s[1], width = s[2] - s[1], c0 = s[3], cols = s[4] - s[3];
+      h.resize(4 * cols);
+      for_row_blocks(task.n, [&](auto block, int64_t) {
+        constexpr int MR = decltype(block)::value;
         const float* xr[MR];
         float* hr[MR];
-        for (int i = 0; i < MR; ++i) {
-          xr[i] = xp + g.rows[m + i] * K;
-          hr[i] = h.data() + g.h_offset + (m + i) * g.cols;
-        }
-        lora_dots<MR>(arow, xr, K, hr, c);
-      });
-    }
-  });
-  // The products with B: one item per (group, segment, chunk of its output rows).
-  struct Item {
-    int64_t group, seg, o0;
-  };
-  std::vector<Item> items;
-  for (int64_t g = 0; g < static_cast<int64_t>(groups.size()); ++g)
-    for (int64_t s = groups[g].seg_begin; s < groups[g].seg_end; ++s)
-      for (int64_t o = 0; o < sg[6 * s + 2] - sg[6 * s + 1]; o += kLoraChunk) items.push_back({g, s, o});
-  at::parallel_for(0, static_cast<int64_t>(items.size()), 4, [&](int64_t begin, int64_t end) {
-    for (int64_t it = begin; it < end; ++it) {
-      const LoraGroup& g = groups[items[it].group];
-      const int64_t* s = sg + 6 * items[it].seg;
-      const int64_t r0 = s[1], width = s[2] - s[1], c0 = s[3], cols = s[4] - s[3];
-      const int64_t o0 = items[it].o0, n = std::min(kLoraChunk, width - o0);
-      const at::Half* b = bp + s[5] + o0;
-      for_row_blocks(g.rows.size(), [&](auto rows, int64_t m) {
-        constexpr int MR = decltype(rows)::value;
-        const float* hr[MR];
         float* orow[MR];
         for (int i = 0; i < MR; ++i) {
-          hr[i] = h.data() + g.h_offset + (m + i) * g.cols + (c0 - g.col_begin);
-          orow[i] = op + g.rows[m + i] * N + r0 + o0;
+          const int64_t t = rows[task.first + i];
+          xr[i] = xp + t * K;
+          hr[i] = h.data() + i * cols;
+          orow[i] = op + t * N + r0;
         }
-        lora_products<MR>(b, width, cols, hr, orow, n);
+        // A's rows 4 at a time for 1 or 2 rows, 2 at a time for 3 or 4 (registers).
+        constexpr int NA = MR <= 2 ? 4 : 2;
+        int64_t c = 0;
+        for (; c + NA <= cols; c += NA) lora_dots<MR, NA>(ap + (c0 + c) * K, xr, K, hr, c);
+        for (; c < cols; ++c) lora_dots<MR, 1>(ap + (c0 + c) * K, xr, K, hr, c);
+        for (int64_t o0 = 0; o0 < width; o0 += kLoraBlock) {
+          const int64_t nb = std::min(kLoraBlock, width - o0);
+          const at::Half* b = bp + s[5] + o0 * cols;  // this block: [cols, nb]
+          for (int64_t o = 0; o < nb; o += kLoraChunk) {
+            float* oc[MR];
+            for (int i = 0; i < MR; ++i) oc[i] = orow[i] + o0 + o;
+            lora_products<MR>(b + o, nb, cols, hr, oc, std::min(kLoraChunk, nb - o));
+          }
+        }
       });
     }
   });

@@ -468,7 +468,7 @@ def pack_fused(adapters: list[LoraAdapter], key: tuple[int, str]) -> list[torch.
     """The pairs of every adapter on projection ``key`` as the fused C++ decode layer
     reads them (see ``lora_add`` in cpu_kernels.cpp): ``a`` [C, in] fp16, each
     adapter's A rows together in slot order; ``bt`` fp16, flat, each piece's B
-    transposed ([its ranks, its rows]); ``segs`` [S, 6] int64, per piece (slot, first
+    transposed ([its ranks, its rows], in blocks of :data:`LORA_BLOCK` rows); ``segs`` [S, 6] int64, per piece (slot, first
     row, end row, first and end row of A, offset in ``bt``). Empty tensors where no
     adapter has a pair there.
 
@@ -488,7 +488,7 @@ def pack_fused(adapters: list[LoraAdapter], key: tuple[int, str]) -> list[torch.
             b = b.detach().to("cpu", torch.float32, copy=True)
             _balance(a[c0:c1], b)
             segs.append([slot, r0, r1, col + c0, col + c1, offset])
-            pieces.append(b.T.flatten().half())
+            pieces.append(_in_blocks(b.T).half())
             offset += b.numel()
         rows_of_a.append(a.half())
         col += a.shape[0]
@@ -496,6 +496,18 @@ def pack_fused(adapters: list[LoraAdapter], key: tuple[int, str]) -> list[torch.
         empty = torch.empty(0, dtype=torch.float16)
         return [empty.view(0, 0), empty, torch.empty(0, 6, dtype=torch.int64)]
     return [torch.cat(rows_of_a).contiguous(), torch.cat(pieces), torch.tensor(segs)]
+
+
+# Output rows per block of a packed B (``kLoraBlock`` in cpu_kernels.cpp).
+LORA_BLOCK = 64
+
+
+def _in_blocks(bt: torch.Tensor) -> torch.Tensor:
+    """B transposed, [rank, rows], flattened in blocks of :data:`LORA_BLOCK` rows: each
+    block [rank, its rows] row-major, so the C++ op reads one block as one run."""
+    return torch.cat(
+        [bt[:, o : o + LORA_BLOCK].flatten() for o in range(0, bt.shape[1], LORA_BLOCK)]
+    )
 
 
 def _balance(a: torch.Tensor, b: torch.Tensor) -> None:

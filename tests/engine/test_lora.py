@@ -489,6 +489,37 @@ def test_lora_add_gathers_each_rows_adapter(kernel_family, k: int):
         assert torch.equal(got[t], out[t])
 
 
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 8, 9])
+def test_lora_add_rows_together_equal_rows_alone(kernel_family, rows: int):
+    """Each row's delta is the same bits whether its adapter's rows run alone or
+    together (in blocks of up to 4, beside other adapters' rows and base rows), on
+    pieces wider than a block of the packed B (64 rows) and with ranks that are not a
+    multiple of how many of A's rows one pass multiplies."""
+    from mellea.engine import cpu_kernels
+    from mellea.engine.lora import LORA_BLOCK, pack_fused
+
+    key = (0, "self_attn.qkv_proj")
+    qkv = [(0, 150), (150, 70), (220, 20)]  # q spans 3 blocks, its last one partial
+    assert qkv[0][1] > 2 * LORA_BLOCK
+    adapters = [_random_adapter(s, qkv, rank, 72, s) for s, rank in enumerate((5, 16, 3))]
+    pack = pack_fused(adapters, key)
+    # `rows` rows of adapter 1, one row each of adapters 0 and 2, a base row, interleaved
+    slots = [1] * rows + [0, -1, 2]
+    slots = slots[::2] + slots[1::2]
+    torch.manual_seed(rows)
+    x, out = torch.randn(len(slots), 72), torch.randn(len(slots), 240)
+    together = out.clone()
+    cpu_kernels.lora_add(together, x, *pack, torch.tensor(slots, dtype=torch.int32))
+    for t, slot in enumerate(slots):
+        alone = out[t : t + 1].clone()
+        cpu_kernels.lora_add(alone, x[t : t + 1], *pack, torch.tensor([slot], dtype=torch.int32))
+        assert torch.equal(together[t], alone[0]), (t, slot)
+        assert torch.equal(together[t], out[t]) == (slot == -1)
+    want = _lora_reference(out, x, adapters, slots, key)
+    delta = (want - out.double()).abs().max().item()
+    torch.testing.assert_close(together.double(), want, atol=2e-3 * delta, rtol=0)
+
+
 def test_pack_fused_keeps_pairs_of_any_magnitude_within_fp16(kernel_family):
     """A pair whose A is past fp16's largest value and whose B is below its smallest
     still multiplies right: each rank is rescaled between A and B before rounding."""
