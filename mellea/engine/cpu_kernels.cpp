@@ -1242,6 +1242,9 @@ at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, cons
   return out;
 }
 
+// The exact byte form of a GGUF's blocks (bytes_linear, bytes_dequantize).
+#include "cpu_kernels_bytes.inc"
+
 // Which build this is, as cpu_build.py names the families.
 std::string family() {
 #if defined(MELLEA_AVX512)
@@ -1665,8 +1668,10 @@ void lora_add(const at::Tensor& out, const at::Tensor& x, const at::Tensor& a,
 // The same ops as the layer's Python path, called from C++: a decode step of a small
 // model spends about as long in Python between ops as in some of the ops. weights: per
 // projection (qkv, o, gate_up, down), int4 (qweight uint8, scales, mins) or int8
-// (qweight int8, wsum, scale), told apart by qweight's dtype (a Q4_K_M GGUF mixes them:
-// its Q6_K tensors are int8); out_features: their sizes.
+// (qweight int8, wsum, scale), or the exact byte form of a GGUF's blocks (qweight uint8
+// [T, G, 8, 64], subs, supers: cpu_kernels_bytes.inc), told apart by qweight's dtype and,
+// between the two uint8 forms, by qweight.size(2): 8 for bytes, 4 for int4 (a Q4_K_M
+// GGUF mixes them: its Q6_K tensors are bytes); out_features: their sizes.
 // residual becomes x + residual; returns the MLP's output (before its residual add).
 // lora: empty, or (a, bt, segs) of each of the four projections (empty tensors where
 // no adapter has a pair), whose deltas join each projection's output for the rows'
@@ -1685,12 +1690,13 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
               "lora: (a, bt, segs) of the four projections, and lora_slots");
   auto linear = [&](const at::Tensor& in, int64_t i) {
     const at::Tensor& qweight = weights[3 * i];
-    at::Tensor out =
-        qweight.scalar_type() == at::kChar
-            ? int8_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2],
-                               out_features[i])
-            : int4_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2],
-                               out_features[i]);
+    at::Tensor out;
+    if (qweight.scalar_type() == at::kChar)
+      out = int8_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2], out_features[i]);
+    else if (qweight.dim() == 4 && qweight.size(2) == 8)  // uint8 [T, G, 8, 64]: bytes
+      out = bytes_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2], out_features[i]);
+    else
+      out = int4_vnni_linear(in, qweight, weights[3 * i + 1], weights[3 * i + 2], out_features[i]);
     if (!lora.empty()) lora_add(out, in, lora[3 * i], lora[3 * i + 1], lora[3 * i + 2], *lora_slots);
     return out;
   };
@@ -1744,6 +1750,10 @@ MELLEA_LIBRARY(MELLEA_CPU_NS, m) {
   m.impl("int4_vnni_dequantize", c10::DispatchKey::CPU, TORCH_FN(int4_vnni_dequantize));
   m.def("int8_vnni_linear(Tensor x, Tensor qweight, Tensor wsum, Tensor scale, int n) -> Tensor");
   m.impl("int8_vnni_linear", c10::DispatchKey::CPU, TORCH_FN(int8_vnni_linear));
+  m.def("bytes_linear(Tensor x, Tensor qweight, Tensor subs, Tensor supers, int n) -> Tensor");
+  m.impl("bytes_linear", c10::DispatchKey::CPU, TORCH_FN(bytes_linear));
+  m.def("bytes_dequantize(Tensor qweight, Tensor subs, Tensor supers, int n) -> Tensor");
+  m.impl("bytes_dequantize", c10::DispatchKey::CPU, TORCH_FN(bytes_dequantize));
 }
 
 #include "cpu_kernels_repack.inc"
