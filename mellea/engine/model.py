@@ -43,7 +43,10 @@ def _fused_operands(
     linear: Int4Linear | Int8Linear,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What :func:`cpu_kernels.decode_layer` takes for one tiled projection: int4
-    (qweight, scales, mins) or int8 (qweight, wsum, scale)."""
+    (qweight, scales, mins), int8 (qweight, wsum, scale) or a GGUF's blocks in the byte
+    form (qweight uint8 [T, G, 8, 64], subs, supers)."""
+    if getattr(linear, "exact", False):
+        return linear.qweight, linear.subs, linear.supers
     if linear.qweight.dtype == torch.int8:
         return linear.qweight, linear.wsum, linear.tiled_scale
     return linear.qweight, linear.scales, linear.mins
