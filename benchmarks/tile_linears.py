@@ -1,9 +1,11 @@
-"""Time the tiled int4 and int8 linears (int4_vnni_linear, int8_vnni_linear) of one
-kernel family on one thread, in the thread's CPU time (so a busy machine's preemption
+"""Time the tiled int4 and int8 linears (int4_vnni_linear, int8_vnni_linear) and the
+exact byte form of a GGUF's Q6_K blocks (bytes_linear, a Q4_K_M file's attn_v and half
+its ffn_down) of one kernel family on one thread, in the thread's CPU time (so a busy machine's preemption
 does not count), best of several runs, at a few row counts (decode batches).
 
     python benchmarks/tile_linears.py --family avx2 --rows 1 4 8 32
     python benchmarks/tile_linears.py --family avx2 --dot avx512vl-vnni
+    python benchmarks/tile_linears.py --n 2048 --k 8192 --rows 1 8 32  # a 1.7B ffn_down
 
 Prints milliseconds per call and billions of multiply-adds a second.
 """
@@ -17,7 +19,23 @@ from collections.abc import Callable
 import torch
 
 from mellea.engine import cpu_kernels
-from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_rows
+from mellea.engine.quant import quantize_groups, quantize_rows, tile_bytes, tile_groups, tile_rows
+
+
+def q6_k_bytes(n: int, k: int) -> tuple[torch.Tensor, ...]:
+    """Random Q6_K blocks [n, k] (random 6-bit values and int8 scales, an fp16 d of a
+    realistic size) in the byte form's tiles."""
+    import numpy as np
+    from gguf import GGMLQuantizationType
+
+    from mellea.engine.gguf_blocks import to_byte_blocks
+
+    rng = np.random.default_rng(0)
+    blocks = rng.integers(0, 256, (n, k // 256, 210), dtype=np.uint8)
+    d = rng.uniform(1e-4, 2e-3, (n, k // 256)).astype(np.float16)
+    blocks[..., 208:210] = d.view(np.uint8).reshape(n, k // 256, 2)
+    held = to_byte_blocks(blocks.reshape(n, -1), GGMLQuantizationType.Q6_K)
+    return tile_bytes(*(torch.from_numpy(a) for a in held))
 
 
 def best_seconds(call: Callable[[], object], reps: int, tries: int = 7) -> float:
@@ -52,6 +70,7 @@ def main() -> None:
     weight = torch.randn(n, k)
     int4 = tile_groups(*quantize_groups(weight))
     int8 = tile_rows(*quantize_rows(weight))
+    q6_k = q6_k_bytes(n, k) if k % 256 == 0 else None
     print(f"family {cpu_kernels.family()}, {n}x{k}, one thread")
     for rows in args.rows:
         x = torch.randn(rows, k)
@@ -59,10 +78,14 @@ def main() -> None:
             "int4": lambda x=x: cpu_kernels.int4_vnni_linear(x, *int4, n),
             "int8": lambda x=x: cpu_kernels.int8_vnni_linear(x, *int8, n),
         }
+        if q6_k is not None:
+            calls["q6_k bytes"] = lambda x=x: cpu_kernels.bytes_linear(x, *q6_k, n)
         for name, call in calls.items():
             seconds = best_seconds(call, reps=max(4, 64 // rows))
             rate = rows * n * k / seconds / 1e9
-            print(f"{name} rows {rows:3d}: {seconds * 1e3:8.3f} ms  {rate:6.1f} G multiply-adds/s")
+            print(
+                f"{name:10s} rows {rows:3d}: {seconds * 1e3:8.3f} ms  {rate:6.1f} G multiply-adds/s"
+            )
 
 
 if __name__ == "__main__":

@@ -264,18 +264,27 @@ def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
     ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights="int4")
     convert_weights(ours, "int4")
     layer = ours.layers[0]
-    assert isinstance(layer.self_attn.qkv_proj, Int8Linear)  # holds the Q6_K attn_v
+    qkv = layer.self_attn.qkv_proj
+    assert isinstance(qkv, Int8Linear) and qkv.exact  # the Q6_K attn_v, in the byte form
     assert isinstance(layer.mlp.gate_up_proj, Int4Linear)
     assert isinstance(ours.lm_head, RefinedHead)
 
 
-def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch):
-    """Loading a Q4_K_M-like file at int4 never widens a whole matrix to float32: its
-    int8 layers are requantized a chunk of rows at a time, into the same bytes as
-    quantizing the whole float32 weight (the file's values, rows in the CPU order)."""
-    from mellea.engine import weights
+@pytest.mark.parametrize("exact", [True, False], ids=["byte-form", "per-row-int8"])
+def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exact):
+    """Loading a Q4_K_M-like file at int4 never widens a whole matrix to float32. Its
+    8-bit layers (Q4_K q and k beside a Q6_K v) hold the file's values exactly in the
+    byte form where the C++ kernels run; without them (here: the byte form switched
+    off) they are requantized per row a chunk of rows at a time, into the same bytes as
+    quantizing the whole float32 weight. Rows in the CPU order either way."""
+    from mellea.engine import cpu_kernels, weights
     from mellea.engine.gguf_file import GGUFTensor
     from mellea.engine.quant import quantize_rows
+
+    if exact and not cpu_kernels.available():
+        pytest.skip("the byte form needs the C++ kernels")
+    if not exact:
+        monkeypatch.setattr(weights._GGUFTensor, "has_byte_form", lambda self: False)
 
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
     cfg = ModelConfig.from_dir(meta)
@@ -293,9 +302,12 @@ def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch):
     rows = qkv_row_order(cfg)
     for i in range(LAYERS):
         qkv = ours.layers[i].self_attn.qkv_proj
-        assert isinstance(qkv, Int8Linear)
+        assert isinstance(qkv, Int8Linear) and qkv.exact == exact
         expected = hf_qkv(hf, i)
         expected[: rows.numel()] = expected[rows]
+        if exact:
+            assert torch.equal(qkv.dequantized(), expected)
+            continue
         q, scale = quantize_rows(expected)
         assert torch.equal(qkv.rows(), q) and torch.equal(qkv.scale, scale)
 
