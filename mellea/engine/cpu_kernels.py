@@ -398,9 +398,10 @@ def gguf_int8_rows(raw: torch.Tensor, k_quant: bool) -> tuple[torch.Tensor, torc
 
 
 def gguf_byte_rows(
-    raw: torch.Tensor, k_quant: bool
+    raw: torch.Tensor, qtype: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A Q6_K (``k_quant``) or Q8_0 tensor's bytes [rows, row bytes] (uint8) in the byte
-    form, untiled: the same arrays as :func:`mellea.engine.gguf_blocks.to_byte_blocks`
-    gives, in one pass of C++. Call :func:`available` first."""
-    return _ops().gguf_byte_rows(raw.contiguous(), int(k_quant))
+    """A Q8_0, Q6_K, Q4_K or Q5_K tensor's bytes [rows, row bytes] (uint8; ``qtype`` its
+    type's name) in the byte form, untiled: the same arrays as
+    :func:`mellea.engine.gguf_blocks.to_byte_blocks` gives, in one pass of C++. Call
+    :func:`available` first."""
+    return _ops().gguf_byte_rows(raw.contiguous(), qtype)

@@ -9,12 +9,16 @@ What each format becomes (see docs/engine.md, "Loading"):
   6-bit scales and minimums) is our int4 groups with scale ``d * sc`` and minimum
   ``-dmin * m`` rounded to fp16: exact where those products fit fp16's 11 bits, else
   off by at most half an fp16 step of each (a relative 2**-11).
-* Every other type (``Q8_0``, ``Q5_K``, ``Q6_K``, ``F16``, ``BF16``, ``F32``, ...) is
-  widened to float32 exactly, a few thousand rows at a time (through
-  :class:`Int8Blocks` where the type has that form, else by the ``gguf`` package's
-  reference dequantizer); the engine then stores it in the format being served:
-  served in int4 or int8, such a layer is int8 per output row, requantized from
-  those float32 rows chunk by chunk (so not the file's values exactly).
+* ``Q8_0``, ``Q5_K`` and ``Q6_K`` (and ``Q4_0``/``Q4_K`` pieces of a layer beside
+  them) served in int4 or int8 are :class:`ByteBlocks` exactly: the file's integer
+  values as bytes, its scales per sub-block of 16 and ``d`` (``dmin``) per block, for
+  ``cpu_kernels.bytes_linear``.
+* Every other type (``Q4_1`` beside an 8-bit piece, ``F16``, ``BF16``, ``F32``, ...),
+  and every type where the C++ kernels do not run, is widened to float32 exactly, a
+  few thousand rows at a time (through :class:`Int8Blocks` where the type has that
+  form, else by the ``gguf`` package's reference dequantizer); served in int4 or int8,
+  such a layer is int8 per output row, requantized from those float32 rows chunk by
+  chunk (so not the file's values exactly).
 
 Tables read a row at a time (the token embedding, and an LM head's exact rows) are
 kept as :class:`Int8Blocks` where the type allows (:data:`INT8_BLOCK_TYPES`): the

@@ -275,8 +275,10 @@ class Int8Linear(nn.Module):
     activations, the weights widened in registers); without the C++ kernels, to
     ``aten._weight_int8pack_mm``
     (activations rounded to bf16) for up to :data:`INT8PACK_MAX_ROWS`. Longer inputs
-    (prompt chunks) widen the weights to bf16 for the bf16 GEMM. Returns the input's
-    dtype. Activations are never rounded to 8 bits: fbgemm's int8 GEMM, which does
+    (prompt chunks) widen the weights to bf16 for the bf16 GEMM. Built from a GGUF's
+    ``blocks`` (``exact``), it holds the file's values in the byte form instead
+    (:func:`tile_bytes`) and takes every input to :func:`cpu_kernels.bytes_linear`.
+    Returns the input's dtype. Activations are never rounded to 8 bits: fbgemm's int8 GEMM, which does
     that per call, was 5x faster here but lost 130 % of the mean logprob on the
     default model (outlier channels), see docs/engine.md.
     """

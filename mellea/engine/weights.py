@@ -146,14 +146,14 @@ class _GGUFTensor:
 
     def byte_blocks(self) -> Any:
         """The tensor exactly, in the byte form (:class:`~mellea.engine.gguf_blocks.
-        ByteBlocks`; see :meth:`has_byte_form`): Q6_K and Q8_0 in one pass of C++ (the same
-        arrays), the other types in NumPy a chunk of rows at a time."""
+        ByteBlocks`; see :meth:`has_byte_form`): Q6_K, Q8_0, Q4_K and Q5_K in one pass of
+        C++ (the same arrays), Q4_0 in NumPy a chunk of rows at a time."""
         from mellea.engine import cpu_kernels
         from mellea.engine.gguf_blocks import ByteBlocks, to_byte_blocks
 
-        raw = self._raw_in_cpp(_ONE_PRODUCT)
+        raw = self._raw_in_cpp(_BYTES_IN_CPP)
         if raw is not None:
-            parts = cpu_kernels.gguf_byte_rows(raw, self.inner.qtype.name == "Q6_K")
+            parts = cpu_kernels.gguf_byte_rows(raw, self.inner.qtype.name)
             return ByteBlocks(*(part.numpy() for part in parts))
         source, rows = self.inner.raw, _BYTE_CHUNK_ROWS
         chunks = [
@@ -194,9 +194,10 @@ class _GGUFTensor:
         self.inner.release()
 
 
-# Block formats whose values are one product (no offset): C++ requantizes them per row,
-# and converts them to the byte form.
+# Block formats whose values are one product (no offset): C++ requantizes them per row.
 _ONE_PRODUCT = ("Q6_K", "Q8_0")
+# Block formats C++ converts to the byte form (Q4_0, the rest, in NumPy).
+_BYTES_IN_CPP = ("Q6_K", "Q8_0", "Q4_K", "Q5_K")
 # Rows of a tensor converted to the byte form at a time in NumPy (its temporaries are a
 # few int16 copies of a chunk).
 _BYTE_CHUNK_ROWS = 1024

@@ -257,19 +257,21 @@ def cpu_kernels_available() -> bool:
     return cpu_kernels.available()
 
 
-@pytest.mark.parametrize("qtype", [Q.Q6_K, Q.Q8_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [Q.Q6_K, Q.Q8_0, Q.Q4_K, Q.Q5_K], ids=lambda t: t.name)
 def test_byte_rows_in_cpp_are_numpys(qtype):
-    """Q6_K and Q8_0 go to the byte form in one pass of C++ at load: the same arrays as
-    the NumPy conversion."""
+    """Q6_K, Q8_0, Q4_K and Q5_K go to the byte form in one pass of C++ at load: the
+    same arrays as the NumPy conversion."""
     from mellea.engine import cpu_kernels
 
     if not cpu_kernels.available():
         pytest.skip("no C++ kernels here")
     raw = sample(qtype, 23, 768)
-    got = cpu_kernels.gguf_byte_rows(torch.from_numpy(raw), qtype == Q.Q6_K)
+    got = cpu_kernels.gguf_byte_rows(torch.from_numpy(raw), qtype.name)
     for ours, theirs in zip(got, gguf_blocks.to_byte_blocks(raw, qtype), strict=True):
         assert ours.dtype == torch.from_numpy(theirs).dtype
         assert np.array_equal(ours.numpy(), theirs)
+    with pytest.raises(RuntimeError, match="not Q4_1"):
+        cpu_kernels.gguf_byte_rows(torch.from_numpy(raw), "Q4_1")
 
 
 def test_pieces_of_other_types_stack_into_one_byte_form():

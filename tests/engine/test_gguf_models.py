@@ -270,8 +270,12 @@ def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
     assert isinstance(ours.lm_head, RefinedHead)
 
 
-@pytest.mark.parametrize("exact", [True, False], ids=["byte-form", "per-row-int8"])
-def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exact):
+@pytest.mark.parametrize(
+    ("exact", "in_cpp"),
+    [(True, True), (True, False), (False, True)],
+    ids=["byte-form", "byte-form-numpy", "per-row-int8"],
+)
+def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exact, in_cpp):
     """Loading a Q4_K_M-like file at int4 never widens a whole matrix to float32. Its
     8-bit layers (Q4_K q and k beside a Q6_K v) hold the file's values exactly in the
     byte form where the C++ kernels run; without them (here: the byte form switched
@@ -285,6 +289,9 @@ def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exac
         pytest.skip("the byte form needs the C++ kernels")
     if not exact:
         monkeypatch.setattr(weights._GGUFTensor, "has_byte_form", lambda self: False)
+    if not in_cpp:
+        monkeypatch.setattr(weights, "_BYTES_IN_CPP", ())
+    monkeypatch.setattr(weights, "_BYTE_CHUNK_ROWS", 100)  # chunks that split
 
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
     cfg = ModelConfig.from_dir(meta)
