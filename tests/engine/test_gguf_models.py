@@ -325,3 +325,36 @@ def test_only_metadata_is_cached(tiny_gguf):
     assert (meta / SOURCE).is_file() and (meta / "config.json").is_file()
     assert not list(meta.glob("*.safetensors"))
     assert sum(f.stat().st_size for f in meta.iterdir()) < 16 << 20  # tokenizer + config
+
+
+@pytest.mark.parametrize("qtype", [Q.Q6_K, Q.Q8_0, Q.Q5_K], ids=lambda t: t.name)
+async def test_8_bit_files_serve_their_own_weights_in_int8(tiny_gguf, qtype):
+    """A Q6_K, Q8_0 or Q5_K file served at ``int8``: every linear layer is the file's
+    weights exactly (the byte form, rows in the CPU path's order), the engine takes
+    the fused C++ decode layer with them, and its greedy tokens are transformers'
+    (float32) ones."""
+    from mellea.engine import cpu_kernels
+    from mellea.engine.engine import Engine
+
+    if not cpu_kernels.available():
+        pytest.skip("the byte form needs the C++ kernels")
+    path = tiny_gguf("llama", qtype)
+    engine = Engine(str(path), dtype="int8")
+    try:
+        model = engine.runner.model
+        hf = hf_model(resolve_model(str(path)))
+        rows = qkv_row_order(ModelConfig.from_dir(resolve_model(str(path))))
+        for i in range(LAYERS):
+            qkv, down = model.layers[i].self_attn.qkv_proj, model.layers[i].mlp.down_proj
+            assert isinstance(qkv, Int8Linear) and qkv.exact and down.exact
+            expected = hf_qkv(hf, i)
+            expected[: rows.numel()] = expected[rows]
+            assert torch.equal(qkv.dequantized(), expected)
+            assert torch.equal(down.dequantized(), hf.model.layers[i].mlp.down_proj.weight)
+        assert model.path is ComputePath.CPP_FUSED
+        prompts = [[1, 504, 1575, 282, 1649, 314], [1, 1955, 665, 17, 1073, 416, 339, 237]]
+        results = await generate(engine, prompts, SamplingParams(max_tokens=12))
+        for prompt, (tokens, _, _) in zip(prompts, results, strict=True):
+            assert tokens == hf_greedy(hf, prompt, 12)
+    finally:
+        engine.shutdown()
