@@ -621,6 +621,14 @@ def tile_rows_torch(
     return qweight, wsum, F.pad(scale.float(), (0, pad)).contiguous()
 
 
+def byte_form_runs() -> bool:
+    """Whether a GGUF's 5-8-bit layers load in the exact byte form here: where the C++
+    kernels run, but for the NEON build, whose byte tile is the plain C++ loops (no
+    ``sdot`` kernel of its own yet): there they keep the per-row int8 form and its NEON
+    tile."""
+    return cpu_kernels.available() and cpu_kernels.family() != "neon-dotprod"
+
+
 def tile_bytes(
     values: torch.Tensor, subs: torch.Tensor, supers: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

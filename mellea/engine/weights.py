@@ -132,16 +132,17 @@ class _GGUFTensor:
 
     def has_byte_form(self) -> bool:
         """Whether :meth:`byte_blocks` holds this tensor: a 2-D tensor of a block format
-        with a byte form, where the C++ kernels run (the form's only multiply)."""
-        from mellea.engine import cpu_kernels
+        with a byte form, where the C++ kernels run it (:func:`~mellea.engine.quant.
+        byte_form_runs`)."""
         from mellea.engine.gguf_blocks import BYTE_TYPES
+        from mellea.engine.quant import byte_form_runs
 
         inner = self.inner
         return (
             inner.qtype in BYTE_TYPES
             and len(inner.shape) == 2
             and not inner.offset
-            and cpu_kernels.available()
+            and byte_form_runs()
         )
 
     def byte_blocks(self) -> Any:

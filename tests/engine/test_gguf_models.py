@@ -287,6 +287,8 @@ def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exac
 
     if exact and not cpu_kernels.available():
         pytest.skip("the byte form needs the C++ kernels")
+    if exact and cpu_kernels.family() == "neon-dotprod":
+        pytest.skip("the NEON build keeps per-row int8")
     if not exact:
         monkeypatch.setattr(weights._GGUFTensor, "has_byte_form", lambda self: False)
     if not in_cpp:
@@ -333,11 +335,11 @@ async def test_8_bit_files_serve_their_own_weights_in_int8(tiny_gguf, qtype):
     weights exactly (the byte form, rows in the CPU path's order), the engine takes
     the fused C++ decode layer with them, and its greedy tokens are transformers'
     (float32) ones."""
-    from mellea.engine import cpu_kernels
+    from mellea.engine import quant
     from mellea.engine.engine import Engine
 
-    if not cpu_kernels.available():
-        pytest.skip("the byte form needs the C++ kernels")
+    if not quant.byte_form_runs():
+        pytest.skip("the byte form runs on the x86 builds of the C++ kernels")
     path = tiny_gguf("llama", qtype)
     engine = Engine(str(path), dtype="int8")
     try:
@@ -358,3 +360,21 @@ async def test_8_bit_files_serve_their_own_weights_in_int8(tiny_gguf, qtype):
             assert tokens == hf_greedy(hf, prompt, 12)
     finally:
         engine.shutdown()
+
+
+def test_the_neon_build_keeps_per_row_int8(tiny_gguf, monkeypatch):
+    """The NEON build has no byte-form kernel of its own (its byte tile would be plain
+    C++ loops beside its sdot int8 tile): there a Q4_K_M-like file's 8-bit layers stay
+    per-row int8."""
+    from mellea.engine import cpu_kernels, quant
+
+    if not cpu_kernels.available():
+        pytest.skip("no C++ kernels here")
+    assert quant.byte_form_runs() == (cpu_kernels.family() != "neon-dotprod")
+    monkeypatch.setattr(cpu_kernels, "family", lambda: "neon-dotprod")
+    assert not quant.byte_form_runs()
+    meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
+    cfg = ModelConfig.from_dir(meta)
+    ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights="int4")
+    qkv = ours.layers[0].self_attn.qkv_proj
+    assert isinstance(qkv, Int8Linear) and not qkv.exact
