@@ -1,7 +1,8 @@
 """Time the tiled int4 and int8 linears (int4_vnni_linear, int8_vnni_linear) and the
 exact byte form of a GGUF's Q6_K blocks (bytes_linear, a Q4_K_M file's attn_v and half
 its ffn_down) of one kernel family on one thread, in the thread's CPU time (so a busy machine's preemption
-does not count), best of several runs, at a few row counts (decode batches).
+does not count), best of several runs (the formats taking turns), at a few row counts
+(decode batches).
 
     python benchmarks/tile_linears.py --family avx2 --rows 1 4 8 32
     python benchmarks/tile_linears.py --family avx2 --dot avx512vl-vnni
@@ -38,15 +39,20 @@ def q6_k_bytes(n: int, k: int) -> tuple[torch.Tensor, ...]:
     return tile_bytes(*(torch.from_numpy(a) for a in held))
 
 
-def best_seconds(call: Callable[[], object], reps: int, tries: int = 7) -> float:
-    """The fastest of ``tries`` runs of ``reps`` calls, in thread CPU seconds per call."""
-    call()
-    best = float("inf")
+def best_seconds(
+    calls: dict[str, Callable[[], object]], reps: int, tries: int = 15
+) -> dict[str, float]:
+    """The fastest of ``tries`` runs of ``reps`` calls of each, in thread CPU seconds per
+    call; the calls take turns run by run, so that all see the same machine load."""
+    best = dict.fromkeys(calls, float("inf"))
+    for call in calls.values():
+        call()
     for _ in range(tries):
-        start = time.thread_time()
-        for _ in range(reps):
-            call()
-        best = min(best, (time.thread_time() - start) / reps)
+        for name, call in calls.items():
+            start = time.thread_time()
+            for _ in range(reps):
+                call()
+            best[name] = min(best[name], (time.thread_time() - start) / reps)
     return best
 
 
@@ -80,12 +86,15 @@ def main() -> None:
         }
         if q6_k is not None:
             calls["q6_k bytes"] = lambda x=x: cpu_kernels.bytes_linear(x, *q6_k, n)
-        for name, call in calls.items():
-            seconds = best_seconds(call, reps=max(4, 64 // rows))
+        best = best_seconds(calls, reps=max(4, 64 // rows))
+        for name, seconds in best.items():
             rate = rows * n * k / seconds / 1e9
             print(
                 f"{name:10s} rows {rows:3d}: {seconds * 1e3:8.3f} ms  {rate:6.1f} G multiply-adds/s"
             )
+        if q6_k is not None:
+            ratio = best["int8"] / best["q6_k bytes"]
+            print(f"{'':10s} rows {rows:3d}: the byte form {ratio:.2f}x as fast as int8")
 
 
 if __name__ == "__main__":
