@@ -8,7 +8,12 @@ python benchmarks/step_time.py --formats float32,bfloat16,int8,int4   # weight f
 python benchmarks/step_time.py --neighbour --formats int4   # beside a busy process
 MELLEA_CPU_ISA=avx2 python benchmarks/step_time.py --formats int8,int4   # AVX2 kernels
 python benchmarks/step_time.py --model FILE.gguf --q4k-forms --threads 1   # Q4_K forms
+python benchmarks/step_time.py --model FILE.gguf --dtype int4 --bytes-ab  # 8-bit layers
 ```
+
+``--bytes-ab`` builds the GGUF twice, its 8-bit layers (a Q4_K_M file's Q6_K tensors
+and the q/k/v beside them) once in the exact byte form and once requantized per row
+to int8 (as before the byte form), and times the two taking turns step by step.
 
 Every run prints the kernel family that ran (``avx512-vnni``, ``avx2``, ``generic``).
 The runners' thread count is fixed (``--threads``) unless ``--neighbour``: that times
@@ -207,6 +212,11 @@ def main() -> None:
     parser.add_argument(
         "--q4k-forms", action="store_true", help="a Q4_K GGUF's exact and fp16 forms (int4)"
     )
+    parser.add_argument(
+        "--bytes-ab",
+        action="store_true",
+        help="a GGUF's 8-bit layers in the exact byte form against per-row int8",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -219,6 +229,9 @@ def main() -> None:
         return
     if args.q4k_forms:
         args.dtype = "int4"
+    if args.bytes_ab:
+        compare_byte_form(args.model, args.dtype, args.batches, args.steps)
+        return
     runner = make_runner(max(args.batches), 320, 16, args.dtype, args.model)
     switch = q4k_form_switch(runner) if args.q4k_forms else None
     load = os.getloadavg()[0]
@@ -254,6 +267,27 @@ def main() -> None:
     if args.json:
         with open(args.json, "a") as f:
             f.write(json.dumps({"label": args.label, "load": load, "ms": results}) + "\n")
+
+
+def compare_byte_form(model: str | None, weights: str, batches: list[int], steps: int) -> None:
+    """Print ms per step of ``model`` (a GGUF) with its 8-bit layers in the exact byte
+    form and in per-row int8, taking turns, and the byte form's speed against per-row."""
+    from unittest import mock
+
+    from mellea.engine.weights import _GGUFTensor
+
+    runners = {"bytes": make_runner(max(batches), 320, 16, weights, model)}
+    with mock.patch.object(_GGUFTensor, "has_byte_form", lambda self: False):
+        runners["per-row"] = make_runner(max(batches), 320, 16, weights, model)
+    exact = [m for m in runners["bytes"].model.modules() if getattr(m, "exact", False)]
+    print(f"{len(exact)} layers in the byte form; load before: {os.getloadavg()[0]:.2f}")
+    for b in batches:
+        secs = format_steps(runners, make_batch(b, 16), steps)
+        ratio = secs["per-row"] / secs["bytes"]
+        print(
+            f"batch {b:3d}: bytes {secs['bytes'] * 1e3:7.2f} ms, per-row int8 "
+            f"{secs['per-row'] * 1e3:7.2f} ms: bytes {ratio:.3f}x as fast"
+        )
 
 
 def compare_formats(formats: list[str], batches: list[int], steps: int) -> None:

@@ -1,9 +1,12 @@
-"""Time the tiled int4 and int8 linears (int4_vnni_linear, int8_vnni_linear) of one
-kernel family on one thread, in the thread's CPU time (so a busy machine's preemption
-does not count), best of several runs, at a few row counts (decode batches).
+"""Time the tiled int4 and int8 linears (int4_vnni_linear, int8_vnni_linear) and the
+exact byte form of a GGUF's Q6_K blocks (bytes_linear, a Q4_K_M file's attn_v and half
+its ffn_down) of one kernel family on one thread, in the thread's CPU time (so a busy machine's preemption
+does not count), best of several runs (the formats taking turns), at a few row counts
+(decode batches).
 
     python benchmarks/tile_linears.py --family avx2 --rows 1 4 8 32
     python benchmarks/tile_linears.py --family avx2 --dot avx512vl-vnni
+    python benchmarks/tile_linears.py --n 2048 --k 8192 --rows 1 8 32  # a 1.7B ffn_down
     python benchmarks/tile_linears.py --q4k --n 8192 --k 2048   # a Q4_K file's two forms
 
 ``--q4k`` times one random Q4_K weight in its two forms instead: ``q4k-fp16``, int4
@@ -24,18 +27,46 @@ import torch
 from gguf import GGMLQuantizationType
 
 from mellea.engine import cpu_kernels, gguf_blocks
-from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_q4k, tile_rows
+from mellea.engine.quant import (
+    quantize_groups,
+    quantize_rows,
+    tile_bytes,
+    tile_groups,
+    tile_q4k,
+    tile_rows,
+)
 
 
-def best_seconds(call: Callable[[], object], reps: int, tries: int = 7) -> float:
-    """The fastest of ``tries`` runs of ``reps`` calls, in thread CPU seconds per call."""
-    call()
-    best = float("inf")
+def q6_k_bytes(n: int, k: int) -> tuple[torch.Tensor, ...]:
+    """Random Q6_K blocks [n, k] (random 6-bit values and int8 scales, an fp16 d of a
+    realistic size) in the byte form's tiles."""
+    import numpy as np
+    from gguf import GGMLQuantizationType
+
+    from mellea.engine.gguf_blocks import to_byte_blocks
+
+    rng = np.random.default_rng(0)
+    blocks = rng.integers(0, 256, (n, k // 256, 210), dtype=np.uint8)
+    d = rng.uniform(1e-4, 2e-3, (n, k // 256)).astype(np.float16)
+    blocks[..., 208:210] = d.view(np.uint8).reshape(n, k // 256, 2)
+    held = to_byte_blocks(blocks.reshape(n, -1), GGMLQuantizationType.Q6_K)
+    return tile_bytes(*(torch.from_numpy(a) for a in held))
+
+
+def best_seconds(
+    calls: dict[str, Callable[[], object]], reps: int, tries: int = 15
+) -> dict[str, float]:
+    """The fastest of ``tries`` runs of ``reps`` calls of each, in thread CPU seconds per
+    call; the calls take turns run by run, so that all see the same machine load."""
+    best = dict.fromkeys(calls, float("inf"))
+    for call in calls.values():
+        call()
     for _ in range(tries):
-        start = time.thread_time()
-        for _ in range(reps):
-            call()
-        best = min(best, (time.thread_time() - start) / reps)
+        for name, call in calls.items():
+            start = time.thread_time()
+            for _ in range(reps):
+                call()
+            best[name] = min(best[name], (time.thread_time() - start) / reps)
     return best
 
 
@@ -88,6 +119,7 @@ def main() -> None:
     weight = torch.randn(n, k)
     int4 = tile_groups(*quantize_groups(weight))
     int8 = tile_rows(*quantize_rows(weight))
+    q6_k = q6_k_bytes(n, k) if k % 256 == 0 else None
     print(f"family {cpu_kernels.family()}, {n}x{k}, one thread")
     for rows in args.rows:
         x = torch.randn(rows, k)
@@ -95,10 +127,17 @@ def main() -> None:
             "int4": lambda x=x: cpu_kernels.int4_vnni_linear(x, *int4, n),
             "int8": lambda x=x: cpu_kernels.int8_vnni_linear(x, *int8, n),
         }
-        for name, call in calls.items():
-            seconds = best_seconds(call, reps=max(4, 64 // rows))
+        if q6_k is not None:
+            calls["q6_k bytes"] = lambda x=x: cpu_kernels.bytes_linear(x, *q6_k, n)
+        best = best_seconds(calls, reps=max(4, 64 // rows))
+        for name, seconds in best.items():
             rate = rows * n * k / seconds / 1e9
-            print(f"{name} rows {rows:3d}: {seconds * 1e3:8.3f} ms  {rate:6.1f} G multiply-adds/s")
+            print(
+                f"{name:10s} rows {rows:3d}: {seconds * 1e3:8.3f} ms  {rate:6.1f} G multiply-adds/s"
+            )
+        if q6_k is not None:
+            ratio = best["int8"] / best["q6_k bytes"]
+            print(f"{'':10s} rows {rows:3d}: the byte form {ratio:.2f}x as fast as int8")
 
 
 def compare_q4k(n: int, k: int, rows_list: list[int], rounds: int) -> None:
@@ -110,8 +149,8 @@ def compare_q4k(n: int, k: int, rows_list: list[int], rounds: int) -> None:
         best = dict.fromkeys(calls, float("inf"))
         for _ in range(rounds):
             for name, call in calls.items():
-                seconds = best_seconds(lambda c=call, x=x: c(x), reps=max(4, 64 // rows))
-                best[name] = min(best[name], seconds)
+                one = {name: lambda c=call, x=x: c(x)}
+                best[name] = min(best[name], best_seconds(one, reps=max(4, 64 // rows))[name])
         for name, seconds in best.items():
             rate = rows * n * k / seconds / 1e9
             print(f"{name} rows {rows:3d}: {seconds * 1e3:8.3f} ms  {rate:6.1f} G multiply-adds/s")

@@ -25,7 +25,13 @@ SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
 # the load's repacking): part of a build's digest.
 INCLUDED = [
     Path(__file__).with_name(name)
-    for name in ("cpu_kernels_vnni256.inc", "cpu_kernels_neon.h", "cpu_kernels_repack.inc")
+    for name in (
+        "cpu_kernels_vnni256.inc",
+        "cpu_kernels_neon.h",
+        "cpu_kernels_repack.inc",
+        "cpu_kernels_bytes.inc",
+        "cpu_kernels_bytes256.inc",
+    )
 ]
 PREBUILT_DIR = Path(__file__).with_name("_cpu_ext")
 CPUINFO = "/proc/cpuinfo"  # where Linux lists what the CPU has

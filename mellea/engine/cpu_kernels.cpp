@@ -1474,6 +1474,9 @@ at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, cons
   return out;
 }
 
+// The exact byte form of a GGUF's blocks (bytes_linear, bytes_dequantize).
+#include "cpu_kernels_bytes.inc"
+
 // Which build this is, as cpu_build.py names the families.
 std::string family() {
 #if defined(MELLEA_AVX512)
@@ -1919,9 +1922,11 @@ void lora_add(const at::Tensor& out, const at::Tensor& x, const at::Tensor& a,
 // The same ops as the layer's Python path, called from C++: a decode step of a small
 // model spends about as long in Python between ops as in some of the ops. weights: per
 // projection (qkv, o, gate_up, down), int4 (qweight uint8, scales, mins) or int8
-// (qweight int8, wsum, scale), or a GGUF's Q4_K exactly (qweight uint8 [T, G, 4, 64], sub
-// uint8, super fp16: q4k_vnni_linear), told apart by qweight's dtype, then the second
-// tensor's (a Q4_K_M GGUF mixes them: its Q6_K tensors are int8); out_features: their sizes.
+// (qweight int8, wsum, scale), a GGUF's Q4_K exactly (qweight uint8 [T, G, 4, 64], sub
+// uint8, super fp16: q4k_vnni_linear), or the exact byte form of a GGUF's blocks (qweight
+// uint8 [T, G, 8, 64], subs int8, supers fp32: cpu_kernels_bytes.inc), told apart by
+// qweight's dtype, then its size(2) (8 for bytes), then the second tensor's dtype (a
+// Q4_K_M GGUF mixes them: its Q6_K tensors are bytes); out_features: their sizes.
 // residual becomes x + residual; returns the MLP's output (before its residual add).
 // lora: empty, or (a, bt, segs) of each of the four projections (empty tensors where
 // no adapter has a pair), whose deltas join each projection's output for the rows'
@@ -1944,6 +1949,8 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
     at::Tensor out;
     if (qweight.scalar_type() == at::kChar)
       out = int8_vnni_linear(in, qweight, second, third, out_features[i]);
+    else if (qweight.dim() == 4 && qweight.size(2) == 8)  // uint8 [T, G, 8, 64]: bytes
+      out = bytes_linear(in, qweight, second, third, out_features[i]);
     else if (second.scalar_type() == at::kByte && qweight.size(2) == 4)  // Q4_K
       out = q4k_vnni_linear(in, qweight, second, third, out_features[i]);
     else
@@ -2005,6 +2012,10 @@ MELLEA_LIBRARY(MELLEA_CPU_NS, m) {
   m.impl("q4k_vnni_dequantize", c10::DispatchKey::CPU, TORCH_FN(q4k_vnni_dequantize));
   m.def("int8_vnni_linear(Tensor x, Tensor qweight, Tensor wsum, Tensor scale, int n) -> Tensor");
   m.impl("int8_vnni_linear", c10::DispatchKey::CPU, TORCH_FN(int8_vnni_linear));
+  m.def("bytes_linear(Tensor x, Tensor qweight, Tensor subs, Tensor supers, int n) -> Tensor");
+  m.impl("bytes_linear", c10::DispatchKey::CPU, TORCH_FN(bytes_linear));
+  m.def("bytes_dequantize(Tensor qweight, Tensor subs, Tensor supers, int n) -> Tensor");
+  m.impl("bytes_dequantize", c10::DispatchKey::CPU, TORCH_FN(bytes_dequantize));
 }
 
 #include "cpu_kernels_repack.inc"

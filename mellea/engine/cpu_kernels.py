@@ -257,6 +257,27 @@ def int8_vnni_linear(
     return _ops().int8_vnni_linear(x, qweight, wsum, scale, n)
 
 
+def bytes_linear(
+    x: torch.Tensor, qweight: torch.Tensor, subs: torch.Tensor, supers: torch.Tensor, n: int
+) -> torch.Tensor:
+    """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for a GGUF's block weights held exactly in
+    the byte form (:func:`mellea.engine.quant.tile_bytes`: the file's integer values as
+    bytes, a scale per sub-block of 16, ``d`` and ``dmin`` per super-block) on the
+    integer dot product, with the activations in two int8 parts per group of 32 as
+    :func:`int4_vnni_linear` has them. Call :func:`available` first."""
+    if not x.is_contiguous():
+        x = x.contiguous()
+    return _ops().bytes_linear(x, qweight, subs, supers, n)
+
+
+def bytes_dequantize(
+    qweight: torch.Tensor, subs: torch.Tensor, supers: torch.Tensor, n: int
+) -> torch.Tensor:
+    """The fp32 weight [N, K] that :func:`bytes_linear`'s operands stand for: the ``gguf``
+    package's dequantized values, bit for bit."""
+    return _ops().bytes_dequantize(qweight, subs, supers, n)
+
+
 def int4_vnni_dequantize(
     qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, n: int
 ) -> torch.Tensor:
@@ -411,3 +432,13 @@ def gguf_int8_rows(raw: torch.Tensor, k_quant: bool) -> tuple[torch.Tensor, torc
     int8 and scales: :func:`mellea.engine.quant.quantize_rows` of its exact values, the
     same bytes, in one pass of C++ with no float32 copy. Call :func:`available` first."""
     return _ops().gguf_int8_rows(raw.contiguous(), int(k_quant))
+
+
+def gguf_byte_rows(
+    raw: torch.Tensor, qtype: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A Q8_0, Q6_K, Q4_K or Q5_K tensor's bytes [rows, row bytes] (uint8; ``qtype`` its
+    type's name) in the byte form, untiled: the same arrays as
+    :func:`mellea.engine.gguf_blocks.to_byte_blocks` gives, in one pass of C++. Call
+    :func:`available` first."""
+    return _ops().gguf_byte_rows(raw.contiguous(), qtype)

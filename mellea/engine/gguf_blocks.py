@@ -12,12 +12,16 @@ What each format becomes (see docs/engine.md, "Loading"):
   fp32, where they are exact, so the weights are the file's exactly. (:func:`to_int4`
   still gives the older form, those products rounded to fp16, for a layer whose pieces
   mix Q4_K with Q4_0 or Q4_1.)
-* Every other type (``Q8_0``, ``Q5_K``, ``Q6_K``, ``F16``, ``BF16``, ``F32``, ...) is
-  widened to float32 exactly, a few thousand rows at a time (through
-  :class:`Int8Blocks` where the type has that form, else by the ``gguf`` package's
-  reference dequantizer); the engine then stores it in the format being served:
-  served in int4 or int8, such a layer is int8 per output row, requantized from
-  those float32 rows chunk by chunk (so not the file's values exactly).
+* ``Q8_0``, ``Q5_K`` and ``Q6_K`` (and ``Q4_0``/``Q4_K`` pieces of a layer beside
+  them) served in int4 or int8 are :class:`ByteBlocks` exactly: the file's integer
+  values as bytes, its scales per sub-block of 16 and ``d`` (``dmin``) per block, for
+  ``cpu_kernels.bytes_linear``.
+* Every other type (``Q4_1`` beside an 8-bit piece, ``F16``, ``BF16``, ``F32``, ...),
+  and every type where the C++ kernels do not run, is widened to float32 exactly, a
+  few thousand rows at a time (through :class:`Int8Blocks` where the type has that
+  form, else by the ``gguf`` package's reference dequantizer); served in int4 or int8,
+  such a layer is int8 per output row, requantized from those float32 rows chunk by
+  chunk (so not the file's values exactly).
 
 Tables read a row at a time (the token embedding, and an LM head's exact rows) are
 kept as :class:`Int8Blocks` where the type allows (:data:`INT8_BLOCK_TYPES`): the
@@ -252,6 +256,98 @@ def to_int8_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> Int8Blocks:
         return np.ascontiguousarray(values).reshape(rows, -1)
 
     return Int8Blocks(flat(q), flat(scales), None if offsets is None else flat(offsets), block)
+
+
+class ByteBlocks(NamedTuple):
+    """A matrix's block weights exactly, untiled, in the byte form that
+    ``quant.tile_bytes`` tiles for ``cpu_kernels.bytes_linear``: ``values`` [rows, K]
+    uint8, the file's integer value ``q + 128``; ``subs`` [rows, K/32, P] int8, each
+    group of 32's scales ``sc`` of its two sub-blocks of 16 and, where P == 3, its
+    minimum ``m``; ``supers`` [rows, B, P - 1] fp32, ``d`` (and ``dmin``) of each block
+    of K/B values. ``w = (d * sc) * q (+ -(dmin * m))``, in fp32 as the ``gguf``
+    package's dequantizer computes it (so bit for bit the same)."""
+
+    values: np.ndarray
+    subs: np.ndarray
+    supers: np.ndarray
+
+
+# Block formats that ByteBlocks holds exactly (Q4_1's minimum is an fp16 number of its
+# own, not dmin times a small integer: it has no byte form).
+BYTE_TYPES = frozenset(
+    {
+        GGMLQuantizationType.Q4_0,
+        GGMLQuantizationType.Q4_K,
+        GGMLQuantizationType.Q5_K,
+        GGMLQuantizationType.Q6_K,
+        GGMLQuantizationType.Q8_0,
+    }
+)
+
+
+def to_byte_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> ByteBlocks:
+    """A Q4_0, Q4_K, Q5_K, Q6_K or Q8_0 tensor's bytes [rows, row bytes] as
+    :class:`ByteBlocks` (``ValueError`` for other types)."""
+    if qtype not in BYTE_TYPES:
+        raise ValueError(f"{qtype.name} has no byte form")
+    b = blocks(raw, qtype)
+    rows, n = b.shape[:2]
+    if qtype == GGMLQuantizationType.Q8_0:
+        q = np.ascontiguousarray(b[..., 2:]).view(np.int8).astype(np.int16)
+        subs = np.ones((rows, n, 2), np.int8)
+        supers = _fp16(b, 0).astype(np.float32)[..., None]
+    elif qtype == GGMLQuantizationType.Q4_0:
+        q = _nibbles(b[..., 2:]).astype(np.int16) - 8
+        subs = np.ones((rows, n, 2), np.int8)
+        supers = _fp16(b, 0).astype(np.float32)[..., None]
+    elif qtype == GGMLQuantizationType.Q6_K:
+        held = to_int8_blocks(raw, qtype)
+        q = held.q.astype(np.int16)
+        subs = np.ascontiguousarray(b[..., 192:208]).view(np.int8).reshape(rows, n * 8, 2)
+        supers = _fp16(b, 208).astype(np.float32)[..., None]
+    else:  # Q4_K, Q5_K: a scale and a minimum per sub-block of 32, d and dmin per block
+        q = to_int8_blocks(raw, qtype).q.astype(np.int16)
+        sc, mn = _q4_k_scales(b[..., 4:16])
+        subs = np.stack([sc, sc, mn], axis=-1).astype(np.int8).reshape(rows, n * 8, 3)
+        supers = np.stack([_fp16(b, 0), _fp16(b, 2)], axis=-1).astype(np.float32)
+    values = (q.reshape(rows, -1) + 128).astype(np.uint8)
+    return ByteBlocks(values, np.ascontiguousarray(subs), np.ascontiguousarray(supers))
+
+
+def stack_byte_blocks(parts: list[ByteBlocks]) -> ByteBlocks:
+    """Pieces of one layer (q, k and v; gate and up) stacked along the rows: where some
+    have minimums the others get zero ones, and where their blocks differ in size (a
+    Q8_0 piece beside a Q6_K one) the supers are repeated to one per group of 32. Values
+    and their meaning are unchanged."""
+    with_mins = any(p.subs.shape[2] == 3 for p in parts)
+    widths = {p.supers.shape[1] for p in parts}
+    out = []
+    for p in parts:
+        subs, supers = p.subs, p.supers
+        if with_mins and subs.shape[2] == 2:
+            subs = np.concatenate([subs, np.zeros_like(subs[..., :1])], axis=-1)
+            supers = np.concatenate([supers, np.zeros_like(supers)], axis=-1)
+        if len(widths) > 1:
+            supers = np.repeat(supers, subs.shape[1] // supers.shape[1], axis=1)
+        out.append(ByteBlocks(p.values, subs, supers))
+    if len(out) == 1:
+        return out[0]
+    return ByteBlocks(*(np.concatenate(arrays) for arrays in zip(*out, strict=True)))
+
+
+def widen_bytes(held: ByteBlocks) -> np.ndarray:
+    """:class:`ByteBlocks` as float32 [rows, K]: the reference dequantizer's values."""
+    rows, k = held.values.shape
+    groups = held.subs.shape[1]
+    per = groups // held.supers.shape[1]
+    q = (held.values.astype(np.int16) - 128).astype(np.float32).reshape(rows, groups, 2, 16)
+    d = np.repeat(held.supers[..., 0], per, axis=1)  # [rows, groups]
+    scale = d[..., None] * held.subs[..., :2].astype(np.float32)  # [rows, groups, 2]
+    values = q * scale[..., None]
+    if held.subs.shape[2] == 3:
+        dmin = np.repeat(held.supers[..., 1], per, axis=1)
+        values += (-(dmin * held.subs[..., 2].astype(np.float32)))[..., None, None]
+    return values.reshape(rows, k)
 
 
 def widen(held: Int8Blocks) -> np.ndarray:

@@ -44,7 +44,11 @@ def _fused_operands(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What :func:`cpu_kernels.decode_layer` takes for one tiled projection: int4
     (qweight, scales, mins), a GGUF's Q4_K exactly (qweight, uint8 sub-scales, fp16
-    super-scales) or int8 (qweight, wsum, scale); the op tells them apart by dtypes."""
+    super-scales), int8 (qweight, wsum, scale) or a GGUF's blocks in the byte form
+    (qweight uint8 [T, G, 8, 64], subs, supers); the op tells them apart by dtypes and
+    qweight's shape."""
+    if getattr(linear, "exact", False):
+        return linear.qweight, linear.subs, linear.supers
     if linear.qweight.dtype == torch.int8:
         return linear.qweight, linear.wsum, linear.tiled_scale
     return linear.qweight, *linear.factors

@@ -275,8 +275,10 @@ class Int8Linear(nn.Module):
     activations, the weights widened in registers); without the C++ kernels, to
     ``aten._weight_int8pack_mm``
     (activations rounded to bf16) for up to :data:`INT8PACK_MAX_ROWS`. Longer inputs
-    (prompt chunks) widen the weights to bf16 for the bf16 GEMM. Returns the input's
-    dtype. Activations are never rounded to 8 bits: fbgemm's int8 GEMM, which does
+    (prompt chunks) widen the weights to bf16 for the bf16 GEMM. Built from a GGUF's
+    ``blocks`` (``exact``), it holds the file's values in the byte form instead
+    (:func:`tile_bytes`) and takes every input to :func:`cpu_kernels.bytes_linear`.
+    Returns the input's dtype. Activations are never rounded to 8 bits: fbgemm's int8 GEMM, which does
     that per call, was 5x faster here but lost 130 % of the mean logprob on the
     default model (outlier channels), see docs/engine.md.
     """
@@ -286,9 +288,16 @@ class Int8Linear(nn.Module):
         weight: torch.Tensor | None,
         bias: torch.Tensor | None,
         rows: tuple[torch.Tensor, torch.Tensor] | None = None,
+        blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
-        """Quantize ``weight`` [out, in], or take ``rows``, :func:`quantize_rows`' output."""
+        """Quantize ``weight`` [out, in], or take ``rows``, :func:`quantize_rows`' output,
+        or ``blocks``, a GGUF's block weights held exactly (the byte form, see
+        :func:`tile_bytes`; needs the C++ kernels)."""
         super().__init__()
+        self.exact = blocks is not None
+        if blocks is not None:
+            self._init_bytes(blocks, bias)
+            return
         if rows is None:
             assert weight is not None
             rows = quantize_rows(weight)
@@ -307,8 +316,30 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale)  # fp32
         self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
 
+    def _init_bytes(
+        self, blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor], bias: torch.Tensor | None
+    ) -> None:
+        """The byte form: :func:`tile_bytes` of ``blocks`` (values, subs, supers), every
+        input to :func:`cpu_kernels.bytes_linear` (any length: the weights stay exact, and
+        the kernel is at worst a little slower than a bf16 GEMM of prompt chunks)."""
+        if not cpu_kernels.available():
+            raise ValueError("the exact byte form of a GGUF's blocks needs the C++ CPU kernels")
+        values = blocks[0]
+        self.out_features, self.in_features = values.shape
+        self.kernel = self.tiled = True
+        self.max_kernel_rows = 1 << 62
+        qweight, subs, supers = tile_bytes(*blocks)
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("subs", subs)
+        self.register_buffer("supers", supers)
+        self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
+
     def _multiply(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 [rows, in] (at most ``max_kernel_rows``) -> [rows, out], in C++."""
+        if self.exact:
+            return cpu_kernels.bytes_linear(
+                x, self.qweight, self.subs, self.supers, self.out_features
+            )
         if self.tiled:
             return cpu_kernels.int8_vnni_linear(
                 x, self.qweight, self.wsum, self.tiled_scale, self.out_features
@@ -334,7 +365,10 @@ class Int8Linear(nn.Module):
         return out if self.bias is None else out + self.bias
 
     def rows(self) -> torch.Tensor:
-        """The int8 weight [out, in], whichever layout holds it."""
+        """The int8 weight [out, in], whichever layout holds it (not the byte form's:
+        its values have scales per sub-block; see :meth:`dequantized`)."""
+        if self.exact:
+            raise ValueError("the byte form has no per-row int8 weight")
         if not self.tiled:
             return self.qweight
         tiles, groups = self.qweight.shape[:2]
@@ -342,7 +376,11 @@ class Int8Linear(nn.Module):
         return parts.reshape(tiles * TILE, -1)[: self.out_features]
 
     def dequantized(self) -> torch.Tensor:
-        """The fp32 weight this layer stands for."""
+        """The fp32 weight this layer stands for (the byte form's: the file's values)."""
+        if self.exact:
+            return cpu_kernels.bytes_dequantize(
+                self.qweight, self.subs, self.supers, self.out_features
+            )
         return self.rows().float() * self.scale[:, None]
 
 
@@ -619,6 +657,38 @@ def tile_rows_torch(
     qweight = tiled.view(torch.int8).view(tiles, groups, 8, 64)
     wsum = wsum.view(tiles, TILE, groups).transpose(1, 2).contiguous()
     return qweight, wsum, F.pad(scale.float(), (0, pad)).contiguous()
+
+
+def byte_form_runs() -> bool:
+    """Whether a GGUF's 5-8-bit layers load in the exact byte form here: where the C++
+    kernels run, but for the NEON build, whose byte tile is the plain C++ loops (no
+    ``sdot`` kernel of its own yet): there they keep the per-row int8 form and its NEON
+    tile."""
+    return cpu_kernels.available() and cpu_kernels.family() != "neon-dotprod"
+
+
+def tile_bytes(
+    values: torch.Tensor, subs: torch.Tensor, supers: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A GGUF's blocks in the byte form (:class:`~mellea.engine.gguf_blocks.ByteBlocks`:
+    values ``q + 128`` [N, K] uint8, ``subs`` [N, K/32, P] int8, ``supers`` [N, B, P - 1]
+    fp32) in the layout of ``cpu_kernels.bytes_linear``: the values in :func:`tile_rows`'
+    tiles [T, K/32, 8, 64] (as bytes), subs [T, K/32, P, 16] and supers [T, B, P - 1, 16]
+    (rows past N zero). See cpu_kernels_bytes.inc for what each number means."""
+    n = values.shape[0]
+    tiles = -(-n // TILE)
+    pad = tiles * TILE - n
+    signed = values.contiguous().view(torch.int8)
+    zero = torch.zeros(n, dtype=torch.float32)
+    qweight = (
+        tile_rows(signed, zero) if cpu_kernels.available() else tile_rows_torch(signed, zero)
+    )[0]
+
+    def per_tile(t: torch.Tensor) -> torch.Tensor:
+        t = F.pad(t, (0, 0, 0, 0, 0, pad)) if pad else t
+        return t.view(tiles, TILE, *t.shape[1:]).permute(0, 2, 3, 1).contiguous()
+
+    return qweight.view(torch.uint8), per_tile(subs), per_tile(supers)
 
 
 class Int4Linear(nn.Module):

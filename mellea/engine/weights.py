@@ -89,6 +89,9 @@ class _SafetensorsTensor:
 
         return quantize_rows(self.tensor())
 
+    def has_byte_form(self) -> bool:
+        return False  # float checkpoints hold no block weights
+
 
 class _GGUFTensor:
     """A GGUF tensor (see :class:`~mellea.engine.gguf_file.GGUFTensor`) as a piece."""
@@ -128,6 +131,41 @@ class _GGUFTensor:
     def int8_blocks(self) -> Any:
         return self.inner.int8_blocks()
 
+    def has_byte_form(self) -> bool:
+        """Whether :meth:`byte_blocks` holds this tensor: a 2-D tensor of a block format
+        with a byte form, where the C++ kernels run it (:func:`~mellea.engine.quant.
+        byte_form_runs`)."""
+        from mellea.engine.gguf_blocks import BYTE_TYPES
+        from mellea.engine.quant import byte_form_runs
+
+        inner = self.inner
+        return (
+            inner.qtype in BYTE_TYPES
+            and len(inner.shape) == 2
+            and not inner.offset
+            and byte_form_runs()
+        )
+
+    def byte_blocks(self) -> Any:
+        """The tensor exactly, in the byte form (:class:`~mellea.engine.gguf_blocks.
+        ByteBlocks`; see :meth:`has_byte_form`): Q6_K, Q8_0, Q4_K and Q5_K in one pass of
+        C++ (the same arrays), Q4_0 in NumPy a chunk of rows at a time."""
+        from mellea.engine import cpu_kernels
+        from mellea.engine.gguf_blocks import ByteBlocks, to_byte_blocks
+
+        raw = self._raw_in_cpp(_BYTES_IN_CPP)
+        if raw is not None:
+            parts = cpu_kernels.gguf_byte_rows(raw, self.inner.qtype.name)
+            return ByteBlocks(*(part.numpy() for part in parts))
+        source, rows = self.inner.raw, _BYTE_CHUNK_ROWS
+        chunks = [
+            to_byte_blocks(source[i : i + rows], self.inner.qtype)
+            for i in range(0, len(source), rows)
+        ]
+        if len(chunks) == 1:
+            return chunks[0]
+        return ByteBlocks(*(np.concatenate(arrays) for arrays in zip(*chunks, strict=True)))
+
     def int8_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """:func:`~mellea.engine.quant.quantize_rows` of the float32 values, computed a
         chunk of rows at a time (rows are quantized independently, so the result is the
@@ -160,6 +198,11 @@ class _GGUFTensor:
 
 # Block formats whose values are one product (no offset): C++ requantizes them per row.
 _ONE_PRODUCT = ("Q6_K", "Q8_0")
+# Block formats C++ converts to the byte form (Q4_0, the rest, in NumPy).
+_BYTES_IN_CPP = ("Q6_K", "Q8_0", "Q4_K", "Q5_K")
+# Rows of a tensor converted to the byte form at a time in NumPy (its temporaries are a
+# few int16 copies of a chunk).
+_BYTE_CHUNK_ROWS = 1024
 
 # Rows widened to float32 at a time for requantizing: about 1 MB of float32 (a chunk
 # and its temporaries stay in the CPU's caches, and fresh memory is not page-faulted in
@@ -252,8 +295,12 @@ def load_weights(
             bias = _assemble(job, "bias", rows)
             return Int4Linear(None, bias, groups=_int4_groups(groups, rows))
         bias = _assemble(job, "bias", rows)
-        # A GGUF tensor that int4 cannot hold (Q6_K, Q8_0, ...) keeps 8 bits.
+        # A GGUF tensor that int4 cannot hold (Q6_K, Q8_0, ...) keeps 8 bits: the file's
+        # own values in the byte form where every piece has one, else per-row int8.
         if quantized and (fmt == "int8" or (fmt == "int4" and is_gguf)):
+            exact = _byte_blocks(job, rows)
+            if exact is not None:
+                return Int8Linear(None, bias, blocks=exact)
             return Int8Linear(None, bias, rows=_int8_rows(job, rows))
         weight = _assemble(job, "weight", rows)
         if quantized:
@@ -358,6 +405,24 @@ def _int8_rows(job: _Pending, rows: torch.Tensor | None) -> tuple[torch.Tensor, 
         q[: rows.numel()] = q[rows]
         scale[: rows.numel()] = scale[rows]
     return q, scale
+
+
+def _byte_blocks(job: _Pending, rows: torch.Tensor | None) -> tuple[torch.Tensor, ...] | None:
+    """A pending layer's weight in the exact byte form (its pieces stacked, ``rows``
+    reordered) as torch tensors; None where a piece has no byte form."""
+    from mellea.engine.gguf_blocks import stack_byte_blocks
+
+    pieces = [piece for _, piece in sorted(job.pieces["weight"], key=_first)]
+    if not all(piece.has_byte_form() for piece in pieces):
+        return None
+    tensors = tuple(
+        torch.from_numpy(np.ascontiguousarray(part))
+        for part in stack_byte_blocks([piece.byte_blocks() for piece in pieces])
+    )
+    if rows is not None:
+        for t in tensors:
+            t[: rows.numel()] = t[rows]
+    return tensors
 
 
 def _int4_groups(groups: list[Any], rows: torch.Tensor | None) -> tuple[torch.Tensor, ...]:

@@ -228,13 +228,74 @@ def test_int8_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k:
     assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
 
 
+def random_byte_blocks(
+    n: int, k: int, mins: bool, per_super: int, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A GGUF layer's blocks in the byte form, untiled (gguf_blocks.ByteBlocks), with
+    the ranges' ends: values over all of 0..255 (Q8_0's q from -128), int8 scales from
+    -128, 6-bit minimums where ``mins``, fp16 ``d`` (and ``dmin``) per ``per_super``
+    groups of 32."""
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.randint(0, 256, (n, k), dtype=torch.uint8, generator=gen)
+    values[0, :4] = torch.tensor([0, 255, 0, 255], dtype=torch.uint8)
+    parts = 3 if mins else 2
+    subs = torch.randint(-128, 128, (n, k // 32, parts), dtype=torch.int8, generator=gen)
+    subs[0, 0, :2] = -128
+    if mins:
+        subs[..., 2] = torch.randint(0, 64, (n, k // 32), dtype=torch.int8, generator=gen)
+    supers = torch.rand(n, k // 32 // per_super, parts - 1, generator=gen) * 1e-3
+    return values, subs, supers.half().float()
+
+
+def byte_blocks_weight(blocks: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The fp32 weight the blocks stand for (gguf_blocks' NumPy widening)."""
+    from mellea.engine.gguf_blocks import ByteBlocks, widen_bytes
+
+    return torch.from_numpy(widen_bytes(ByteBlocks(*(t.numpy() for t in blocks))))
+
+
+BYTE_CASES = [(70, 64, False, 1), (6, 96, True, 1), (40, 512, True, 8), (33, 256, False, 8)]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 33])
+@pytest.mark.parametrize(("n", "k", "mins", "per_super"), BYTE_CASES)
+def test_bytes_linear_keeps_the_activations_to_16_bits(rows, n, k, mins, per_super) -> None:
+    """The exact byte form (a GGUF's Q6_K/Q8_0 blocks, Q4_K/Q5_K ones with minimums):
+    its layout widens to the blocks' values bit for bit, and its product is within the
+    two-part activations' bound of the exact one."""
+    from mellea.engine.quant import tile_bytes
+
+    blocks = random_byte_blocks(n, k, mins, per_super)
+    weight = byte_blocks_weight(blocks)
+    tiled = tile_bytes(*blocks)
+    assert tiled[0].shape == (-(-n // 16), k // 32, 8, 64) and tiled[0].dtype == torch.uint8
+    assert tiled[1].shape == (-(-n // 16), k // 32, 3 if mins else 2, 16)
+    assert torch.equal(cpu_kernels.bytes_dequantize(*tiled, n), weight)
+    torch.manual_seed(0)
+    x = torch.randn(rows, k) * torch.logspace(-2, 2, k)  # groups of very different sizes
+    x[0, :32] = 0.0  # a group with no step at all
+    x[-1, 32:64] = -x[-1, 32:64].abs()  # a group of negative values only
+    got = cpu_kernels.bytes_linear(x, *tiled, n)
+    assert got.dtype == torch.float32 and got.shape == (rows, n)
+    error = (got.double() - x.double() @ weight.double().T).abs()
+    bound = activation_error_bound(x, weight)
+    assert (error <= bound).all(), (error / bound).max()
+    assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
+
+
 # activation rows: the row blocks of 4 and each remainder, one block or several
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 9, 13, 32, 33])
 def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) -> None:
     """AVX2 takes the AVX-512 build's roundings in the same order and its integer dot
     products are exact: the tiled linears give the same bits on both (the generic build
     only within the bound above)."""
-    from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_rows
+    from mellea.engine.quant import (
+        quantize_groups,
+        quantize_rows,
+        tile_bytes,
+        tile_groups,
+        tile_rows,
+    )
 
     if kernel_family != "avx2":
         pytest.skip("runs under the avx2 family, against avx512-vnni")
@@ -248,10 +309,20 @@ def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) 
     int8 = tile_rows(q, scale)
     x = torch.randn(rows, k) * torch.logspace(-3, 3, k)
     x[0, 32:64] = torch.tensor([127.0, -127.0] * 16)  # the parts' extremes
-    got = [cpu_kernels.int4_vnni_linear(x, *int4, n), cpu_kernels.int8_vnni_linear(x, *int8, n)]
+    exact = [tile_bytes(*random_byte_blocks(n, 256, mins, 8)) for mins in (False, True)]
+    x256 = torch.randn(rows, 256) * torch.logspace(-3, 3, 256)
+
+    def each() -> list[torch.Tensor]:
+        return [
+            cpu_kernels.int4_vnni_linear(x, *int4, n),
+            cpu_kernels.int8_vnni_linear(x, *int8, n),
+            *(cpu_kernels.bytes_linear(x256, *form, n) for form in exact),
+        ]
+
+    got = each()
     cpu_kernels.select("avx512-vnni")
-    want = [cpu_kernels.int4_vnni_linear(x, *int4, n), cpu_kernels.int8_vnni_linear(x, *int8, n)]
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    want = each()
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 @pytest.mark.parametrize(
@@ -295,6 +366,17 @@ def test_quantized_linears_refuse_mismatched_operands() -> None:
         cpu_kernels.int4_linear(
             torch.randn(2, 48), torch.zeros(8, 24, dtype=torch.uint8), scale.half(), scale.half()
         )
+    from mellea.engine.quant import tile_bytes
+
+    qweight, subs, supers = tile_bytes(*random_byte_blocks(8, 64, False, 1))
+    with pytest.raises(RuntimeError, match="subs"):
+        cpu_kernels.bytes_linear(torch.randn(2, 64), qweight, subs[:, :1], supers, 8)
+    with pytest.raises(RuntimeError, match="supers"):
+        cpu_kernels.bytes_linear(torch.randn(2, 64), qweight, subs, supers[:, :, :0], 8)
+    with pytest.raises(RuntimeError, match="K = 32"):
+        cpu_kernels.bytes_linear(torch.randn(2, 96), qweight, subs, supers, 8)
+    with pytest.raises(RuntimeError, match="n: the rows"):
+        cpu_kernels.bytes_linear(torch.randn(2, 64), qweight, subs, supers, 17)
 
 
 @pytest.mark.parametrize(("heads", "kv_heads"), [(4, 4), (6, 2)])
@@ -333,7 +415,13 @@ def test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones(kernel_family: str, d
     """The AVX2 build runs its tiles on 8-lane vpdpbusd where the CPU has AVX-VNNI; the
     same code with AVX-512's encoding of that instruction runs it on an AVX-512 CPU.
     Both give vpmaddubsw's bits (the integer dot products are exact either way)."""
-    from mellea.engine.quant import quantize_groups, quantize_rows, tile_groups, tile_rows
+    from mellea.engine.quant import (
+        quantize_groups,
+        quantize_rows,
+        tile_bytes,
+        tile_groups,
+        tile_rows,
+    )
 
     if kernel_family != "avx2":
         pytest.skip("the AVX2 build's choice")
@@ -349,17 +437,24 @@ def test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones(kernel_family: str, d
     q[:, :32] = torch.randint(-127, 128, (n, 32), dtype=torch.int8)
     int8 = tile_rows(q, scale)
     x = torch.randn(rows, k) * torch.logspace(-3, 3, k)
-    before = cpu_kernels.avx2_dot("maddubs")
-    try:
-        want = [
+    exact = [tile_bytes(*random_byte_blocks(n, 256, mins, 8)) for mins in (False, True)]
+    x256 = torch.randn(rows, 256) * torch.logspace(-3, 3, 256)
+
+    def each() -> list[torch.Tensor]:
+        return [
             cpu_kernels.int4_vnni_linear(x, *int4, n),
             cpu_kernels.int8_vnni_linear(x, *int8, n),
+            *(cpu_kernels.bytes_linear(x256, *form, n) for form in exact),
         ]
+
+    before = cpu_kernels.avx2_dot("maddubs")
+    try:
+        want = each()
         assert cpu_kernels.avx2_dot(dot) == dot
-        got = [cpu_kernels.int4_vnni_linear(x, *int4, n), cpu_kernels.int8_vnni_linear(x, *int8, n)]
+        got = each()
     finally:
         cpu_kernels.avx2_dot(before)
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     with pytest.raises(RuntimeError, match="maddubs, avx-vnni or avx512vl-vnni"):
         cpu_kernels.avx2_dot("sse")
 

@@ -75,6 +75,38 @@ def test_int8_layouts_hold_the_same_weights(rows: int, tiled: bool):
         assert (layer(x).double() - want).abs().max() <= 0.01 * want.abs().max()
 
 
+@pytest.mark.parametrize("rows", [1, 33, 300])  # decode steps and prompt chunks
+def test_the_byte_form_takes_every_length_to_its_kernel(rows: int, tiled: bool):
+    """A GGUF layer in the exact byte form multiplies its exact weights at every input
+    length (prompt chunks too: no bf16 widening, which would round them), with the bias
+    and the input's leading dimensions kept; without the C++ kernels it is refused by
+    name (the loader then keeps per-row int8)."""
+    from tests.engine.test_cpu_kernels import (
+        activation_error_bound,
+        byte_blocks_weight,
+        random_byte_blocks,
+    )
+
+    blocks = random_byte_blocks(40, 64, True, 1)
+    bias = torch.randn(40)
+    if not tiled:
+        with pytest.raises(ValueError, match="needs the C"):
+            Int8Linear(None, bias, blocks=blocks)
+        return
+    layer = Int8Linear(None, bias, blocks=blocks)
+    weight = byte_blocks_weight(blocks)
+    assert layer.exact and torch.equal(layer.dequantized(), weight)
+    with pytest.raises(ValueError, match="no per-row int8"):
+        layer.rows()
+    torch.manual_seed(0)
+    x = torch.randn(2, rows, 64)
+    got = layer(x)
+    assert got.shape == (2, rows, 40)
+    want = x.double() @ weight.double().T + bias.double()
+    bound = activation_error_bound(x.view(-1, 64), weight).view(2, rows, 40) + 1e-5
+    assert ((got.double() - want).abs() <= bound).all()
+
+
 @pytest.mark.parametrize(
     ("flags", "onednn", "native"),
     [
@@ -439,8 +471,31 @@ def _mix_in_int8(model) -> None:
     model.set_path(ComputePath.CPP_FUSED)
 
 
+def _mix_in_bytes(model) -> None:
+    """Make the first layer's qkv and down projections the exact byte form of a GGUF's
+    blocks (qkv with minimums, as a Q4_K_M file's Q4_K q/k beside its Q6_K v; down
+    without, as its Q6_K ffn_down) and plan the fused layers again."""
+    from mellea.engine.compute_path import ComputePath
+    from mellea.engine.quant import Int8Linear
+    from tests.engine.test_cpu_kernels import random_byte_blocks
+
+    layer = model.layers[0]
+    for (owner, name), mins in (
+        ((layer.self_attn, "qkv_proj"), True),
+        ((layer.mlp, "down_proj"), False),
+    ):
+        old = getattr(owner, name)
+        blocks = random_byte_blocks(old.out_features, old.in_features, mins, 1, seed=len(name))
+        blocks[2].mul_(50)  # weights of the size of the model's own
+        setattr(owner, name, Int8Linear(None, None, blocks=blocks))
+    model._fused = None
+    model.set_path(ComputePath.CPP)
+    assert model.plan_fused_decode() is ComputePath.CPP_FUSED
+    model.set_path(ComputePath.CPP_FUSED)
+
+
 @pytest.mark.parametrize("contexts", [[70], [40, 70, 9]])
-@pytest.mark.parametrize("weights", ["int4", "int8", "int4 and int8"])
+@pytest.mark.parametrize("weights", ["int4", "int8", "int4 and int8", "int4 and bytes"])
 def test_fused_decode_layers_match_the_layer_path_bit_for_bit(
     make_engine, contexts, weights, tiled
 ):
@@ -459,6 +514,8 @@ def test_fused_decode_layers_match_the_layer_path_bit_for_bit(
     assert model.path is ComputePath.CPP_FUSED  # the tiny Llama qualifies
     if weights == "int4 and int8":
         _mix_in_int8(model)
+    if weights == "int4 and bytes":
+        _mix_in_bytes(model)
     torch.manual_seed(0)
     with torch.no_grad():
         runner.k_cache.normal_()

@@ -221,3 +221,113 @@ def test_int8_rows_are_quantize_rows_of_the_reference_bit_for_bit(qtype, cpp, mo
     want_q, want_scale = quantize_rows(torch.from_numpy(dequantize(raw, qtype)))
     assert q.dtype == torch.int8 and torch.equal(q, want_q)
     assert torch.equal(scale, want_scale)
+
+
+BYTE_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+
+
+def layer_of_bytes(raw: np.ndarray, qtype: Q) -> torch.Tensor:
+    """The weight an Int8Linear in the byte form of ``raw`` stands for (its C++ layout
+    widened by the kernels)."""
+    from mellea.engine.quant import Int8Linear
+
+    held = gguf_blocks.to_byte_blocks(raw, qtype)
+    layer = Int8Linear(None, None, blocks=tuple(torch.from_numpy(a) for a in held))
+    assert layer.exact and layer.qweight.dtype == torch.uint8
+    return layer.dequantized()
+
+
+@pytest.mark.parametrize("qtype", BYTE_TYPES, ids=lambda t: t.name)
+def test_byte_blocks_are_the_reference_bit_for_bit(qtype):
+    """The exact form of a GGUF's 5-, 6- and 8-bit layers (and 4-bit ones beside them):
+    its NumPy widening and the kernels' layout both give the reference dequantizer's
+    values exactly."""
+    raw = sample(qtype, 40, 512)
+    reference = dequantize(raw, qtype).reshape(40, 512)
+    held = gguf_blocks.to_byte_blocks(raw, qtype)
+    assert held.values.dtype == np.uint8 and held.values.shape == (40, 512)
+    assert np.array_equal(gguf_blocks.widen_bytes(held), reference)
+    if cpu_kernels_available():
+        assert torch.equal(layer_of_bytes(raw, qtype), torch.from_numpy(reference))
+
+
+def cpu_kernels_available() -> bool:
+    from mellea.engine import cpu_kernels
+
+    return cpu_kernels.available()
+
+
+@pytest.mark.parametrize("qtype", [Q.Q6_K, Q.Q8_0, Q.Q4_K, Q.Q5_K], ids=lambda t: t.name)
+def test_byte_rows_in_cpp_are_numpys(qtype):
+    """Q6_K, Q8_0, Q4_K and Q5_K go to the byte form in one pass of C++ at load: the
+    same arrays as the NumPy conversion."""
+    from mellea.engine import cpu_kernels
+
+    if not cpu_kernels.available():
+        pytest.skip("no C++ kernels here")
+    raw = sample(qtype, 23, 768)
+    got = cpu_kernels.gguf_byte_rows(torch.from_numpy(raw), qtype.name)
+    for ours, theirs in zip(got, gguf_blocks.to_byte_blocks(raw, qtype), strict=True):
+        assert ours.dtype == torch.from_numpy(theirs).dtype
+        assert np.array_equal(ours.numpy(), theirs)
+    with pytest.raises(RuntimeError, match="not Q4_1"):
+        cpu_kernels.gguf_byte_rows(torch.from_numpy(raw), "Q4_1")
+
+
+def test_pieces_of_other_types_stack_into_one_byte_form():
+    """A fused layer of a Q4_K_M file (Q4_K q and k beside a Q6_K v), or one with a Q8_0
+    piece: stacked, each piece's rows keep the reference's values exactly."""
+    parts = [(Q.Q4_K, 24), (Q.Q6_K, 8), (Q.Q8_0, 9)]
+    raws = [sample(qtype, rows, 512, seed=rows) for qtype, rows in parts]
+    held = gguf_blocks.stack_byte_blocks(
+        [
+            gguf_blocks.to_byte_blocks(raw, qtype)
+            for raw, (qtype, _) in zip(raws, parts, strict=True)
+        ]
+    )
+    reference = np.concatenate(
+        [
+            dequantize(raw, qtype).reshape(-1, 512)
+            for raw, (qtype, _) in zip(raws, parts, strict=True)
+        ]
+    )
+    assert held.subs.shape == (41, 16, 3) and held.supers.shape == (41, 16, 2)
+    assert np.array_equal(gguf_blocks.widen_bytes(held), reference)
+
+
+def test_types_without_a_byte_form_are_refused():
+    raw = quantize(np.random.default_rng(0).normal(0, 1, (4, 64)).astype(np.float32), Q.Q4_1)
+    with pytest.raises(ValueError, match="Q4_1 has no byte form"):
+        gguf_blocks.to_byte_blocks(raw, Q.Q4_1)
+
+
+LARGE_Q4_K_M = "/work/peers/large/smollm2-1.7b-shape-24l-Q4_K_M.gguf"
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("source", ["bundled Q8_0 embedding", "1.7B-shaped Q4_K_M's Q6_K"])
+def test_real_files_blocks_are_served_exactly(source):
+    """Blocks llama.cpp's quantizer wrote (the default model's Q8_0 embedding; the
+    Q6_K attn_v and ffn_down of the 1.7B-shaped Q4_K_M file of benchmarks/bench_large.py,
+    where it was built): the byte form's layer widens to the reference's values."""
+    from pathlib import Path
+
+    from mellea.engine.gguf_file import GGUFCheckpoint
+
+    path = bundled_gguf_path() if source.startswith("bundled") else Path(LARGE_Q4_K_M)
+    if path is None or not Path(path).exists():
+        pytest.skip(f"{source}: file not here")
+    if not cpu_kernels_available():
+        pytest.skip("no C++ kernels here")
+    checkpoint = GGUFCheckpoint(path)
+    names = (
+        ["token_embd.weight"]
+        if source.startswith("bundled")
+        else ["blk.0.attn_v.weight", "blk.0.ffn_down.weight"]
+    )
+    for name in names:
+        entry = checkpoint.tensors[name]
+        raw = np.ascontiguousarray(checkpoint.data(entry)[:512])
+        assert entry.qtype in (Q.Q8_0, Q.Q6_K)
+        reference = torch.from_numpy(dequantize(raw, entry.qtype).reshape(raw.shape[0], -1))
+        assert torch.equal(layer_of_bytes(raw, entry.qtype), reference), name

@@ -262,18 +262,36 @@ def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
     ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights="int4")
     convert_weights(ours, "int4")
     layer = ours.layers[0]
-    assert isinstance(layer.self_attn.qkv_proj, Int8Linear)  # holds the Q6_K attn_v
+    qkv = layer.self_attn.qkv_proj
+    assert isinstance(qkv, Int8Linear) and qkv.exact  # the Q6_K attn_v, in the byte form
     assert isinstance(layer.mlp.gate_up_proj, Int4Linear)
     assert isinstance(ours.lm_head, RefinedHead)
 
 
-def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch):
-    """Loading a Q4_K_M-like file at int4 never widens a whole matrix to float32: its
-    int8 layers are requantized a chunk of rows at a time, into the same bytes as
-    quantizing the whole float32 weight (the file's values, rows in the CPU order)."""
-    from mellea.engine import weights
+@pytest.mark.parametrize(
+    ("exact", "in_cpp"),
+    [(True, True), (True, False), (False, True)],
+    ids=["byte-form", "byte-form-numpy", "per-row-int8"],
+)
+def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exact, in_cpp):
+    """Loading a Q4_K_M-like file at int4 never widens a whole matrix to float32. Its
+    8-bit layers (Q4_K q and k beside a Q6_K v) hold the file's values exactly in the
+    byte form where the C++ kernels run; without them (here: the byte form switched
+    off) they are requantized per row a chunk of rows at a time, into the same bytes as
+    quantizing the whole float32 weight. Rows in the CPU order either way."""
+    from mellea.engine import cpu_kernels, weights
     from mellea.engine.gguf_file import GGUFTensor
     from mellea.engine.quant import quantize_rows
+
+    if exact and not cpu_kernels.available():
+        pytest.skip("the byte form needs the C++ kernels")
+    if exact and cpu_kernels.family() == "neon-dotprod":
+        pytest.skip("the NEON build keeps per-row int8")
+    if not exact:
+        monkeypatch.setattr(weights._GGUFTensor, "has_byte_form", lambda self: False)
+    if not in_cpp:
+        monkeypatch.setattr(weights, "_BYTES_IN_CPP", ())
+    monkeypatch.setattr(weights, "_BYTE_CHUNK_ROWS", 100)  # chunks that split
 
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
     cfg = ModelConfig.from_dir(meta)
@@ -291,9 +309,12 @@ def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch):
     rows = qkv_row_order(cfg)
     for i in range(LAYERS):
         qkv = ours.layers[i].self_attn.qkv_proj
-        assert isinstance(qkv, Int8Linear)
+        assert isinstance(qkv, Int8Linear) and qkv.exact == exact
         expected = hf_qkv(hf, i)
         expected[: rows.numel()] = expected[rows]
+        if exact:
+            assert torch.equal(qkv.dequantized(), expected)
+            continue
         q, scale = quantize_rows(expected)
         assert torch.equal(qkv.rows(), q) and torch.equal(qkv.scale, scale)
 
@@ -304,3 +325,54 @@ def test_only_metadata_is_cached(tiny_gguf):
     assert (meta / SOURCE).is_file() and (meta / "config.json").is_file()
     assert not list(meta.glob("*.safetensors"))
     assert sum(f.stat().st_size for f in meta.iterdir()) < 16 << 20  # tokenizer + config
+
+
+@pytest.mark.parametrize("qtype", [Q.Q6_K, Q.Q8_0, Q.Q5_K], ids=lambda t: t.name)
+async def test_8_bit_files_serve_their_own_weights_in_int8(tiny_gguf, qtype):
+    """A Q6_K, Q8_0 or Q5_K file served at ``int8``: every linear layer is the file's
+    weights exactly (the byte form, rows in the CPU path's order), the engine takes
+    the fused C++ decode layer with them, and its greedy tokens are transformers'
+    (float32) ones."""
+    from mellea.engine import quant
+    from mellea.engine.engine import Engine
+
+    if not quant.byte_form_runs():
+        pytest.skip("the byte form runs on the x86 builds of the C++ kernels")
+    path = tiny_gguf("llama", qtype)
+    engine = Engine(str(path), dtype="int8")
+    try:
+        model = engine.runner.model
+        hf = hf_model(resolve_model(str(path)))
+        rows = qkv_row_order(ModelConfig.from_dir(resolve_model(str(path))))
+        for i in range(LAYERS):
+            qkv, down = model.layers[i].self_attn.qkv_proj, model.layers[i].mlp.down_proj
+            assert isinstance(qkv, Int8Linear) and qkv.exact and down.exact
+            expected = hf_qkv(hf, i)
+            expected[: rows.numel()] = expected[rows]
+            assert torch.equal(qkv.dequantized(), expected)
+            assert torch.equal(down.dequantized(), hf.model.layers[i].mlp.down_proj.weight)
+        assert model.path is ComputePath.CPP_FUSED
+        prompts = [[1, 504, 1575, 282, 1649, 314], [1, 1955, 665, 17, 1073, 416, 339, 237]]
+        results = await generate(engine, prompts, SamplingParams(max_tokens=12))
+        for prompt, (tokens, _, _) in zip(prompts, results, strict=True):
+            assert tokens == hf_greedy(hf, prompt, 12)
+    finally:
+        engine.shutdown()
+
+
+def test_the_neon_build_keeps_per_row_int8(tiny_gguf, monkeypatch):
+    """The NEON build has no byte-form kernel of its own (its byte tile would be plain
+    C++ loops beside its sdot int8 tile): there a Q4_K_M-like file's 8-bit layers stay
+    per-row int8."""
+    from mellea.engine import cpu_kernels, quant
+
+    if not cpu_kernels.available():
+        pytest.skip("no C++ kernels here")
+    assert quant.byte_form_runs() == (cpu_kernels.family() != "neon-dotprod")
+    monkeypatch.setattr(cpu_kernels, "family", lambda: "neon-dotprod")
+    assert not quant.byte_form_runs()
+    meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
+    cfg = ModelConfig.from_dir(meta)
+    ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights="int4")
+    qkv = ours.layers[0].self_attn.qkv_proj
+    assert isinstance(qkv, Int8Linear) and not qkv.exact

@@ -210,9 +210,9 @@ def _decode_step(runner, contexts: list[int]):
 
 @pytest.mark.parametrize("contexts", [[70], [40, 70, 9]])
 def test_fused_q4_k_m_layers_match_the_layer_path_bit_for_bit(family, tiny_gguf, contexts):  # noqa: F811
-    """A Q4_K_M file at int4 (Q4_K exactly, its Q6_K tensors int8) runs each layer as one
-    C++ op (cpu_kernels.decode_layer), which tells the three forms apart by dtype; it
-    must compute exactly what the layers' own path does."""
+    """A Q4_K_M file at int4 (Q4_K exactly, its Q6_K tensors in the byte form) runs each
+    layer as one C++ op (cpu_kernels.decode_layer), which tells the forms apart by dtype
+    and shape; it must compute exactly what the layers' own path does."""
     from mellea.engine.compute_path import ComputePath
     from mellea.engine.engine import Engine
 
@@ -222,7 +222,7 @@ def test_fused_q4_k_m_layers_match_the_layer_path_bit_for_bit(family, tiny_gguf,
         assert model.path is ComputePath.CPP_FUSED
         layer = model.layers[0]
         assert layer.mlp.down_proj.q4k and layer.self_attn.o_proj.q4k
-        assert layer.self_attn.qkv_proj.qweight.dtype == torch.int8  # holds the Q6_K attn_v
+        assert layer.self_attn.qkv_proj.exact  # the Q6_K attn_v, in the byte form
         args = _decode_step(engine.runner, contexts)
         with torch.inference_mode():
             fused = model(*args)
