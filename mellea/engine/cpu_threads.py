@@ -7,7 +7,8 @@ slice (milliseconds) while the other waits at the barrier: a batch-1 int4 step o
 default model took 46 ms with 2 threads against 5.8 ms with 1 (2 cores, load ~4;
 benchmarks/README.md). No fixed count is right: alone, 2 threads are faster. So the
 engine thread measures: every few seconds it runs a few decode steps at each candidate
-count (all cores, half, one) and keeps the fastest per token until the next probe.
+count (all cores, half, one), all at one step size, and keeps the fastest per token
+until the next probe.
 ``MELLEA_CPU_THREADS=N`` pins the count instead.
 """
 
@@ -71,6 +72,7 @@ class ThreadTuner:
         self.current = self.pinned or self.most
         self._queue: list[int] = []  # candidates still to time in this probe
         self._timed: dict[int, list[float]] = {}  # candidate -> seconds per token
+        self._probe_tokens = 0  # the step size this probe times (0: not seen yet)
         self._next_probe = 0.0
         self._interval = PROBE_EVERY_S
         self._skip = 0
@@ -95,10 +97,14 @@ class ThreadTuner:
             self._use(self.current)
             return
         if not self._queue and self.clock() >= self._next_probe:
-            self._queue = _candidates(self.most, self.current)
-            self._timed = {}
-            self._skip = 1
+            self._start_probe(0)
         self._use(self._queue[0] if self._queue else self.current)
+
+    def _start_probe(self, tokens: int) -> None:
+        self._queue = _candidates(self.most, self.current)
+        self._timed = {}
+        self._skip = 1
+        self._probe_tokens = tokens
 
     def _median(self, threads: int) -> float:
         times = sorted(self._timed[threads])
@@ -108,6 +114,14 @@ class ThreadTuner:
         """Record a step; at a probe's end, keep the fastest count per token."""
         if not self._queue or not decode_only or tokens <= 0:
             return
+        if tokens != self._probe_tokens:
+            # A step's cost per token falls as its batch grows, so counts timed at
+            # different sizes (streams joining or leaving mid-probe) are not comparable:
+            # time them all again at this size, the current count first.
+            if self._probe_tokens:
+                self._start_probe(tokens)
+                return
+            self._probe_tokens = tokens
         candidate, per_token = self._queue[0], seconds / tokens
         baseline = self._timed.get(self.current) if candidate != self.current else None
         if baseline and per_token > ABANDON * self._median(self.current):

@@ -82,6 +82,25 @@ def test_prompt_steps_do_not_count(threads_set):
     assert tuner.current == 2 and threads_set == [2]
 
 
+def test_counts_are_compared_at_one_step_size(threads_set):
+    clock = Clock()
+    tuner = ThreadTuner(most=2, clock=clock)
+
+    def cost(threads: int, tokens: int) -> float:  # 2 threads win at every size
+        return (0.010 + 0.001 * tokens) * (1.0 if threads == 2 else 1.6)
+
+    # Streams join while the probe moves from 2 threads to 1: 2 is timed at 1 token a
+    # step, 1 at 8, where a step's cost per token is far lower.
+    sizes = [1] * (PROBE_STEPS + 1) + [8] * (4 * (PROBE_STEPS + 1))
+    for tokens in sizes:
+        tuner.before_step()
+        seconds = cost(threads_set[-1], tokens)
+        clock.now += seconds
+        tuner.after_step(tokens, seconds, decode_only=True)
+    assert tuner.current == 2  # per token across sizes, 1 thread would have looked faster
+    assert threads_set.count(1) >= 1  # and 1 thread was timed again at 8 tokens
+
+
 def test_an_env_setting_pins_the_count(threads_set, monkeypatch):
     monkeypatch.setenv(cpu_threads.THREADS_ENV, "1")
     clock = Clock()
