@@ -1,4 +1,5 @@
-"""Fixtures: a tiny random Llama (fast) and the real default model (``@pytest.mark.model``)."""
+"""Fixtures: a tiny random Llama (fast), the real default model (``@pytest.mark.model``)
+and each CPU kernel family in turn (``kernel_family``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mellea.engine import cpu_kernels
 from mellea.engine.types import RequestOutput, SamplingParams
 
 
@@ -139,3 +141,15 @@ def hf_logprobs(model, prompt: list[int], tokens: list[int]) -> torch.Tensor:
     with torch.inference_mode():
         logits = model(torch.tensor([prompt + tokens])).logits[0].float()
     return torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+
+
+@pytest.fixture(params=cpu_kernels.FAMILIES)
+def kernel_family(request: pytest.FixtureRequest):
+    """Each kernel family in turn: its build runs the ops for the test (skipped where
+    this CPU cannot execute it)."""
+    if not cpu_kernels.cpu_runs(request.param):
+        pytest.skip(f"this CPU cannot run the {request.param} kernels")
+    assert cpu_kernels.available(), "the C++ CPU ops did not build (see the log)"
+    before = cpu_kernels.select(request.param)
+    yield request.param
+    cpu_kernels.select(before)

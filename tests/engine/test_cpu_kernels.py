@@ -19,18 +19,6 @@ pytestmark = pytest.mark.skipif(
 DTYPES = [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)]
 
 
-@pytest.fixture(params=cpu_kernels.FAMILIES)
-def kernel_family(request: pytest.FixtureRequest):
-    """Each kernel family in turn: its build runs the ops for the test (skipped where
-    this CPU cannot execute it)."""
-    if not cpu_kernels.cpu_runs(request.param):
-        pytest.skip(f"this CPU cannot run the {request.param} kernels")
-    assert cpu_kernels.available(), "the C++ CPU ops did not build (see the log)"
-    before = cpu_kernels.select(request.param)
-    yield request.param
-    cpu_kernels.select(before)
-
-
 @pytest.fixture(autouse=True)
 def every_family(kernel_family: str) -> str:
     """Every test of this module runs once per kernel family."""

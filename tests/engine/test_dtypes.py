@@ -503,9 +503,7 @@ def test_fused_decode_layers_match_the_layer_path_bit_for_bit(
     Llama-shaped layer as one C++ op (cpu_kernels.decode_layer), also when a layer mixes
     the two; it must compute exactly what the layers' own path does."""
     from mellea.engine.compute_path import ComputePath
-    from mellea.engine.scheduler import ScheduledBatch
-    from mellea.engine.sequence import Sequence
-    from mellea.engine.types import SamplingParams
+    from tests.engine.decode_batch import decode_batch
 
     if not tiled:
         pytest.skip("the fused layer is a C++ op")
@@ -516,19 +514,7 @@ def test_fused_decode_layers_match_the_layer_path_bit_for_bit(
         _mix_in_int8(model)
     if weights == "int4 and bytes":
         _mix_in_bytes(model)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        runner.k_cache.normal_()
-        runner.v_cache.normal_()
-    seqs, next_block = [], 1
-    for i, ctx in enumerate(contexts):
-        seq = Sequence(f"s{i}", [(5 * i + j) % 200 + 3 for j in range(ctx)], SamplingParams(), 8)
-        blocks = -(-ctx // runner.block_size)
-        seq.block_table = list(range(next_block, next_block + blocks))
-        next_block += blocks
-        seq.num_computed = ctx - 1
-        seqs.append(seq)
-    inputs = runner.prepare(ScheduledBatch(decodes=seqs))
+    inputs = decode_batch(runner, contexts)
     args = (inputs.input_ids, inputs.positions, runner.kv_caches, inputs.meta)
     with torch.inference_mode():
         fused = model(*args)

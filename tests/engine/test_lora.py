@@ -546,8 +546,7 @@ def test_fused_layer_adds_the_deltas_of_the_layers_path(
     some, five of another): the fused C++ layers (fp16 pairs) compute what the layers'
     own path with its fp32 hooks computes, within fp16's rounding of the deltas."""
     from mellea.engine.compute_path import ComputePath
-    from mellea.engine.scheduler import ScheduledBatch
-    from mellea.engine.sequence import Sequence
+    from tests.engine.decode_batch import decode_batch
 
     engine = make_engine(dtype="int4")
     runner = engine.runner
@@ -563,22 +562,8 @@ def test_fused_layer_adds_the_deltas_of_the_layers_path(
     }
     for seed, (name, spec) in enumerate(specs.items()):
         engine.load_adapter(name, make_adapter(tiny_model_dir, tmp_path / name, seed, **spec))
-    torch.manual_seed(0)
-    with torch.no_grad():
-        runner.k_cache.normal_()
-        runner.v_cache.normal_()
     names = ["qvd", None, "all", "qvd", "ogu", "qvd", "qvd", None, "qvd"]
-    seqs, next_block = [], 1
-    for i, name in enumerate(names):
-        ctx = 9 + 7 * i
-        seq = Sequence(f"s{i}", [(5 * i + j) % 200 + 3 for j in range(ctx)], SamplingParams(), 8)
-        seq.adapter = runner.adapters.use(name, seq.token_ids) if name else None
-        blocks = -(-ctx // runner.block_size)
-        seq.block_table = list(range(next_block, next_block + blocks))
-        next_block += blocks
-        seq.num_computed = ctx - 1
-        seqs.append(seq)
-    inputs = runner.prepare(ScheduledBatch(decodes=seqs))
+    inputs = decode_batch(runner, [9 + 7 * i for i in range(len(names))], names)
     assert inputs.lora is not None and inputs.lora.row_slots.tolist() == [
         -1 if n is None else runner.adapters.by_name[n] for n in names
     ]

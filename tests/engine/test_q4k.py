@@ -21,22 +21,12 @@ from mellea.engine.quant import (
     tile_q4k,
     tile_q4k_torch,
 )
+from tests.engine.decode_batch import decode_batch
 from tests.engine.test_cpu_kernels import activation_error_bound
 from tests.engine.test_gguf_blocks import random_k_blocks
 from tests.engine.test_gguf_models import tiny_gguf  # noqa: F401 (a fixture)
 
 N, K = 40, 512  # two tiles and a padded third; two super-blocks per row
-
-
-@pytest.fixture(params=cpu_kernels.FAMILIES)
-def family(request: pytest.FixtureRequest):
-    """Each kernel family in turn (skipped where this CPU cannot execute it)."""
-    if not cpu_kernels.cpu_runs(request.param):
-        pytest.skip(f"this CPU cannot run the {request.param} kernels")
-    assert cpu_kernels.available(), "the C++ CPU ops did not build (see the log)"
-    before = cpu_kernels.select(request.param)
-    yield request.param
-    cpu_kernels.select(before)
 
 
 def q4_k_blocks(rows: int = N, cols: int = K, seed: int = 7, fit_fp16: bool = False) -> np.ndarray:
@@ -82,7 +72,7 @@ def test_q4k_groups_are_the_files_values_bit_for_bit():
     assert not torch.equal(dequantize_groups(*as_torch(rounded)), reference)
 
 
-def test_q4_k_exact_is_to_q4k(family):
+def test_q4_k_exact_is_to_q4k(kernel_family):
     raw = q4_k_blocks(24, 1024, seed=9)
     ours = cpu_kernels.q4_k_exact(torch.from_numpy(raw))
     for got, want in zip(ours, gguf_blocks.to_q4k(raw), strict=True):
@@ -91,7 +81,7 @@ def test_q4_k_exact_is_to_q4k(family):
 
 
 @pytest.mark.parametrize("rows", [16, 37])  # whole tiles, and a padded last one
-def test_tile_q4k_weights_is_tile_q4k_torch(family, rows):
+def test_tile_q4k_weights_is_tile_q4k_torch(kernel_family, rows):
     groups = as_torch(gguf_blocks.to_q4k(q4_k_blocks(rows, K, seed=rows)))
     ours = cpu_kernels.tile_q4k_weights(*groups)
     want = tile_q4k_torch(*groups)
@@ -101,7 +91,7 @@ def test_tile_q4k_weights_is_tile_q4k_torch(family, rows):
         assert got.dtype == expected.dtype and torch.equal(got, expected)
 
 
-def test_the_layer_serves_the_files_weights_exactly(family):
+def test_the_layer_serves_the_files_weights_exactly(kernel_family):
     raw = q4_k_blocks()
     layer = Int4Linear(None, None, groups=as_torch(gguf_blocks.to_q4k(raw)))
     assert layer.q4k and layer.tiled
@@ -109,7 +99,7 @@ def test_the_layer_serves_the_files_weights_exactly(family):
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 13, 33])
-def test_q4k_vnni_linear_is_the_fp16_kernel_where_the_products_fit_fp16(family, rows):
+def test_q4k_vnni_linear_is_the_fp16_kernel_where_the_products_fit_fp16(kernel_family, rows):
     """Where every d * sc and dmin * m is an fp16, the fp16 form holds the same weights:
     the Q4_K kernel must then give that form's kernel's bits (tested on its own)."""
     raw = q4_k_blocks(fit_fp16=True)
@@ -125,7 +115,7 @@ def test_q4k_vnni_linear_is_the_fp16_kernel_where_the_products_fit_fp16(family, 
 
 
 @pytest.mark.parametrize("rows", [1, 5, 33])
-def test_q4k_vnni_linear_keeps_to_the_activations_bound(family, rows):
+def test_q4k_vnni_linear_keeps_to_the_activations_bound(kernel_family, rows):
     """On products that do not fit fp16, the Q4_K kernel's only error is the activations'
     16 bits (the bound of int4_vnni_linear's test); the fp16 form is far outside it."""
     raw = q4_k_blocks(seed=rows)
@@ -143,10 +133,10 @@ def test_q4k_vnni_linear_keeps_to_the_activations_bound(family, rows):
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9, 33])
-def test_every_x86_dot_product_gives_the_avx512_builds_bits(family, rows):
+def test_every_x86_dot_product_gives_the_avx512_builds_bits(kernel_family, rows):
     """The AVX2 build's three dot products (maddubs, AVX-VNNI, AVX512-VL VNNI, where
     this CPU has them) and the AVX-512 build compute the same bits."""
-    if family != "avx2":
+    if kernel_family != "avx2":
         pytest.skip("runs under the avx2 family")
     if not cpu_kernels.cpu_runs("avx512-vnni"):
         pytest.skip("this CPU cannot run the avx512-vnni kernels to compare with")
@@ -174,7 +164,7 @@ def test_every_x86_dot_product_gives_the_avx512_builds_bits(family, rows):
         assert torch.equal(out, want), dot
 
 
-def test_q4k_operands_are_checked(family):
+def test_q4k_operands_are_checked(kernel_family):
     qweight, sub, super_ = tile_q4k(*as_torch(gguf_blocks.to_q4k(q4_k_blocks())))
     x = torch.randn(2, K)
     with pytest.raises(RuntimeError, match="sub: "):
@@ -188,28 +178,12 @@ def test_q4k_operands_are_checked(family):
 
 def _decode_step(runner, contexts: list[int]):
     """The model's inputs for one decode-only step of sequences with these contexts."""
-    from mellea.engine.scheduler import ScheduledBatch
-    from mellea.engine.sequence import Sequence
-    from mellea.engine.types import SamplingParams
-
-    torch.manual_seed(0)
-    with torch.no_grad():
-        runner.k_cache.normal_()
-        runner.v_cache.normal_()
-    seqs, next_block = [], 1
-    for i, ctx in enumerate(contexts):
-        seq = Sequence(f"s{i}", [(5 * i + j) % 200 + 3 for j in range(ctx)], SamplingParams(), 8)
-        blocks = -(-ctx // runner.block_size)
-        seq.block_table = list(range(next_block, next_block + blocks))
-        next_block += blocks
-        seq.num_computed = ctx - 1
-        seqs.append(seq)
-    inputs = runner.prepare(ScheduledBatch(decodes=seqs))
+    inputs = decode_batch(runner, contexts)
     return inputs.input_ids, inputs.positions, runner.kv_caches, inputs.meta
 
 
 @pytest.mark.parametrize("contexts", [[70], [40, 70, 9]])
-def test_fused_q4_k_m_layers_match_the_layer_path_bit_for_bit(family, tiny_gguf, contexts):  # noqa: F811
+def test_fused_q4_k_m_layers_match_the_layer_path_bit_for_bit(kernel_family, tiny_gguf, contexts):  # noqa: F811
     """A Q4_K_M file at int4 (Q4_K exactly, its Q6_K tensors in the byte form) runs each
     layer as one C++ op (cpu_kernels.decode_layer), which tells the forms apart by dtype
     and shape; it must compute exactly what the layers' own path does."""

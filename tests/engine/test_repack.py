@@ -12,16 +12,7 @@ from mellea.engine import cpu_kernels, gguf_blocks
 from mellea.engine.quant import GROUP, tile_groups_torch, tile_rows_torch
 from tests.engine.test_gguf_blocks import random_k_blocks
 
-
-@pytest.fixture(params=cpu_kernels.FAMILIES, autouse=True)
-def kernel_family(request: pytest.FixtureRequest):
-    """Each kernel family in turn (skipped where this CPU cannot execute it)."""
-    if not cpu_kernels.cpu_runs(request.param):
-        pytest.skip(f"this CPU cannot run the {request.param} kernels")
-    assert cpu_kernels.available(), "the C++ CPU ops did not build (see the log)"
-    before = cpu_kernels.select(request.param)
-    yield request.param
-    cpu_kernels.select(before)
+pytestmark = pytest.mark.usefixtures("kernel_family")  # every test on each family
 
 
 @pytest.mark.parametrize("rows", [16, 37])  # whole tiles, and a padded last one
