@@ -4,6 +4,7 @@ family (AVX-512, AVX2, generic) this CPU can execute; the others skip, saying wh
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -271,12 +272,11 @@ def test_bytes_linear_keeps_the_activations_to_16_bits(rows, n, k, mins, per_sup
     assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
 
 
-# activation rows: the row blocks of 4 and each remainder, one block or several
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 9, 13, 32, 33])
-def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) -> None:
-    """AVX2 takes the AVX-512 build's roundings in the same order and its integer dot
-    products are exact: the tiled linears give the same bits on both (the generic build
-    only within the bound above)."""
+def tiled_linears(rows: int, extremes: bool) -> Callable[[], list[torch.Tensor]]:
+    """Seeded operands of every tiled linear (int4, int8, the byte form with and without
+    minimums) for ``rows`` activation rows, and a call that runs them all on the kernels
+    selected at that time. ``extremes``: the int8 range's ends in the weights and the
+    activation parts' extremes in row 0."""
     from mellea.engine.quant import (
         quantize_groups,
         quantize_rows,
@@ -285,10 +285,6 @@ def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) 
         tile_rows,
     )
 
-    if kernel_family != "avx2":
-        pytest.skip("runs under the avx2 family, against avx512-vnni")
-    if not cpu_kernels.cpu_runs("avx512-vnni"):
-        pytest.skip("this CPU cannot run the avx512-vnni kernels to compare with")
     torch.manual_seed(0)
     n, k = 40, 160
     int4 = tile_groups(*quantize_groups(torch.randn(n, k)))
@@ -296,7 +292,8 @@ def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) 
     q[:, :32] = torch.randint(-127, 128, (n, 32), dtype=torch.int8)  # the int8 range's ends
     int8 = tile_rows(q, scale)
     x = torch.randn(rows, k) * torch.logspace(-3, 3, k)
-    x[0, 32:64] = torch.tensor([127.0, -127.0] * 16)  # the parts' extremes
+    if extremes:
+        x[0, 32:64] = torch.tensor([127.0, -127.0] * 16)  # the parts' extremes
     exact = [tile_bytes(*random_byte_blocks(n, 256, mins, 8)) for mins in (False, True)]
     x256 = torch.randn(rows, 256) * torch.logspace(-3, 3, 256)
 
@@ -307,6 +304,20 @@ def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) 
             *(cpu_kernels.bytes_linear(x256, *form, n) for form in exact),
         ]
 
+    return each
+
+
+# activation rows: the row blocks of 4 and each remainder, one block or several
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 9, 13, 32, 33])
+def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) -> None:
+    """AVX2 takes the AVX-512 build's roundings in the same order and its integer dot
+    products are exact: the tiled linears give the same bits on both (the generic build
+    only within the bound above)."""
+    if kernel_family != "avx2":
+        pytest.skip("runs under the avx2 family, against avx512-vnni")
+    if not cpu_kernels.cpu_runs("avx512-vnni"):
+        pytest.skip("this CPU cannot run the avx512-vnni kernels to compare with")
+    each = tiled_linears(rows, extremes=True)
     got = each()
     cpu_kernels.select("avx512-vnni")
     want = each()
@@ -403,14 +414,6 @@ def test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones(kernel_family: str, d
     """The AVX2 build runs its tiles on 8-lane vpdpbusd where the CPU has AVX-VNNI; the
     same code with AVX-512's encoding of that instruction runs it on an AVX-512 CPU.
     Both give vpmaddubsw's bits (the integer dot products are exact either way)."""
-    from mellea.engine.quant import (
-        quantize_groups,
-        quantize_rows,
-        tile_bytes,
-        tile_groups,
-        tile_rows,
-    )
-
     if kernel_family != "avx2":
         pytest.skip("the AVX2 build's choice")
     flags = cpu_kernels.cpu_build.cpu_flags()
@@ -418,23 +421,7 @@ def test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones(kernel_family: str, d
         pytest.skip("this CPU has no AVX-VNNI")
     if dot == "avx512vl-vnni" and not {"avx512vl", "avx512_vnni"} <= flags:
         pytest.skip("this CPU has no AVX512-VL VNNI")
-    torch.manual_seed(0)
-    n, k = 40, 160
-    int4 = tile_groups(*quantize_groups(torch.randn(n, k)))
-    q, scale = quantize_rows(torch.randn(n, k))
-    q[:, :32] = torch.randint(-127, 128, (n, 32), dtype=torch.int8)
-    int8 = tile_rows(q, scale)
-    x = torch.randn(rows, k) * torch.logspace(-3, 3, k)
-    exact = [tile_bytes(*random_byte_blocks(n, 256, mins, 8)) for mins in (False, True)]
-    x256 = torch.randn(rows, 256) * torch.logspace(-3, 3, 256)
-
-    def each() -> list[torch.Tensor]:
-        return [
-            cpu_kernels.int4_vnni_linear(x, *int4, n),
-            cpu_kernels.int8_vnni_linear(x, *int8, n),
-            *(cpu_kernels.bytes_linear(x256, *form, n) for form in exact),
-        ]
-
+    each = tiled_linears(rows, extremes=False)
     before = cpu_kernels.avx2_dot("maddubs")
     try:
         want = each()
