@@ -135,13 +135,21 @@ def prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
     return torch.randint(10, vocab - 10, (n, length), generator=g).tolist()
 
 
-def engine_run(core: EngineCore, batch: list[list[int]], new_tokens: int) -> dict:
-    """Run ``batch`` to the end; tok/s, and step times of the decode-only steps."""
-    params = SamplingParams(max_tokens=new_tokens, ignore_eos=True)
-    torch.cuda.synchronize()
+def engine_run(
+    core: EngineCore,
+    batch: list[list[int]],
+    new_tokens: int,
+    adapters: list[str | None] | None = None,
+) -> dict:
+    """Run ``batch`` to the end (request i on ``adapters[i]``, default the base model);
+    tok/s, and step times of the decode-only steps."""
+    adapters = adapters or [None] * len(batch)
+    if core.runner.device.type == "cuda":
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     seqs = []
-    for i, p in enumerate(batch):
+    for i, (p, adapter) in enumerate(zip(batch, adapters, strict=True)):
+        params = SamplingParams(max_tokens=new_tokens, ignore_eos=True, adapter=adapter)
         seq = core.new_sequence(f"b{i}", p, params)
         core.add(seq)
         seqs.append(seq)

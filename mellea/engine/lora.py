@@ -35,6 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mellea.engine.kernels.lora import lora_gathered
+from mellea.engine.lora_dense import DenseStack, dense_stacks
+
 if TYPE_CHECKING:
     from mellea.engine.config import ModelConfig
     from mellea.engine.model import DecoderModel
@@ -79,6 +82,12 @@ class LoraAdapter:
     info: AdapterInfo
     # (layer, projection) -> its low-rank update there (B scaled), fp32.
     updates: dict[tuple[int, str], LowRank]
+
+    @property
+    def device(self) -> torch.device:
+        """Where its pairs are (the CPU for an adapter without any)."""
+        update = next(iter(self.updates.values()), None)
+        return torch.device("cpu") if update is None else update.a.device
 
     @property
     def is_alora(self) -> bool:
@@ -344,7 +353,15 @@ class LoraStep:
     masks: dict[tuple[int, ...], torch.Tensor] = field(default_factory=dict)
     # Each row's slot as int32 on the CPU, for the fused decode layer (None elsewhere).
     row_slots: torch.Tensor | None = None
+    # Each row's slot on the GPU, for the gathered kernel (mellea.engine.lora_dense):
+    # set instead of the rest on a GPU, where every step with adapters runs through it.
+    gathered: torch.Tensor | None = None
 
+
+# On a GPU, steps of up to this many tokens (every decode step a CUDA graph runs) add
+# the deltas through the gathered kernel; longer prompt chunks, per adapter group,
+# where each adapter's rows share one matrix product.
+GATHERED_MAX_ROWS = 512
 
 # A step with adapters mixed runs on the stacks unless fewer than this fraction of the
 # loaded adapters are in it (the stack's products then mostly multiply by zeros).
@@ -370,6 +387,9 @@ class AdapterSet:
         # Per layer, the fp16 packs of its four projections flattened (12 tensors), for
         # a model with a fused decode layer (None otherwise); rebuilt with the stacks.
         self.fused: list[list[torch.Tensor]] | None = None
+        # On a GPU, per (layer, projection) every adapter's pair as dense stacks.
+        self.dense: dict[tuple[int, str], DenseStack] = {}
+        self.generation = 0  # counts rebuilds of the stacks (a CUDA graph holds them)
 
     def add(self, adapter: LoraAdapter) -> int:
         """Register a loaded adapter; its slot. ``AdapterLoadError`` for a taken name."""
@@ -404,6 +424,8 @@ class AdapterSet:
         """The step's plan from each token's slot (-1: base); None if all are base."""
         if not slots or max(slots) < 0:
             return None
+        if device is not None and device.type == "cuda" and len(slots) <= GATHERED_MAX_ROWS:
+            return LoraStep(gathered=torch.tensor(slots, device=device))
         on_cpu = device is None or device.type == "cpu"
         row_slots = torch.tensor(slots, dtype=torch.int32) if on_cpu else None
         present = sorted(set(slots) - {-1})
@@ -427,7 +449,10 @@ class AdapterSet:
                     [t for proj in PROJECTIONS for t in pack_fused(self.adapters, (i, proj))]
                     for i in range(len(model.layers))
                 ]
+            if self.adapters and self.adapters[0].device.type == "cuda":
+                self.dense = dense_stacks(self.adapters)
             self._stacked = len(self.adapters)
+            self.generation += 1
         if self._hooked:
             return
         for i, layer in enumerate(model.layers):
@@ -443,6 +468,13 @@ class AdapterSet:
             step = self.current
             if step is None:
                 return None
+            if step.gathered is not None:
+                dense = self.dense.get(key)
+                if dense is not None:
+                    lora_gathered(
+                        out.view(-1, out.shape[-1]), inputs[0], dense.a, dense.b, step.gathered
+                    )
+                return out
             if step.slots is not None:
                 return apply_stacked(out, inputs[0], step, self._stacks.get(key))
             return apply_deltas(out, inputs[0], step, self.adapters, key)

@@ -115,7 +115,9 @@ class ModelRunner:
             model_len = cfg.max_model_len or model_cfg.max_position_embeddings
             max_blocks = min(num_blocks, -(-model_len // cfg.block_size))
             with torch.inference_mode():
-                self.graphs = DecodeGraphs(self.model, self.kv_caches, cfg.max_num_seqs, max_blocks)
+                self.graphs = DecodeGraphs(
+                    self.model, self.kv_caches, cfg.max_num_seqs, max_blocks, self.adapters
+                )
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -230,10 +232,9 @@ class ModelRunner:
         meta = inputs.meta
         if (
             self.graphs is None
-            or inputs.lora is not None
             or not inputs.sampled
             or inputs.logits_indices is not None
             or meta.num_decode != inputs.input_ids.shape[0]
         ):
             return None
-        return self.graphs.run(inputs.input_ids, inputs.positions, meta)
+        return self.graphs.run(inputs.input_ids, inputs.positions, meta, inputs.lora)
