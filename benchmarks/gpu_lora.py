@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_check import SHAPES, engine_run, prompts
+from gpu_check import SHAPES, engine_run, graph_time_us, prompts
 
 from mellea.engine.core import EngineCore
 from tests.gpu.models import make_random_model
@@ -79,6 +79,38 @@ def graph_ms(graph) -> float:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+# (rows, inputs, outputs, ranks): decode-step calls of the two shapes' projections
+# with rank-16 adapters (q/k/v: 3 pieces, so 48 ranks; gate/up: 32).
+KERNEL_CASES = [
+    (8, 576, 960, 48),
+    (8, 1536, 576, 16),
+    (8, 2048, 3072, 48),
+    (8, 2048, 16384, 32),
+    (8, 8192, 2048, 16),
+    (32, 2048, 16384, 32),
+]
+
+
+def kernel_times(adapters: int) -> list[dict]:
+    """The gathered LoRA kernel alone (us per call, from a CUDA graph), rows on
+    different adapters, bf16 activations."""
+    from mellea.engine.kernels.lora_triton import lora_gathered_triton
+
+    rows = []
+    for t, k, n, c in KERNEL_CASES:
+        x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
+        a = torch.randn(adapters, c, k, device="cuda") / k**0.5
+        b = torch.randn(adapters, n, c, device="cuda")
+        out = torch.randn(t, n, device="cuda", dtype=torch.bfloat16)
+        slots = torch.arange(t, device="cuda") % adapters
+        args = (out, x, a, b, slots)
+        us = graph_time_us(lambda args=args: lora_gathered_triton(*args))
+        moved = (a.numel() + b.numel()) * 4 * min(t, adapters) / adapters
+        rows.append({"rows": t, "in": k, "out": n, "ranks": c, "us": us, "gb_s": moved / us / 1e3})
+        print(f"  kernel {rows[-1]}", flush=True)
+    return rows
 
 
 def bench_shape(name: str, args: argparse.Namespace, root: Path) -> list[dict]:
@@ -171,14 +203,22 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.cuda.get_device_name() if args.device == "cuda" else args.device
     rows = []
+    kernels = kernel_times(args.adapters) if args.device == "cuda" else []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             rows += bench_shape(name, args, Path(tmp))
     text = table(rows, device, args)
+    if kernels:
+        text += "\n\nThe kernel alone (us per call in a CUDA graph; GB/s: the pairs of the rows' adapters read):\n\n"
+        text += "| rows | in | out | ranks | us | GB/s |\n|---|---|---|---|---|---|\n"
+        text += "\n".join(
+            f"| {r['rows']} | {r['in']} | {r['out']} | {r['ranks']} | {r['us']:.1f} | {r['gb_s']:.0f} |"
+            for r in kernels
+        )
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu_lora.md").write_text(text + "\n")
-    (args.out / "gpu_lora.json").write_text(json.dumps(rows, indent=2))
+    (args.out / "gpu_lora.json").write_text(json.dumps({"runs": rows, "kernel": kernels}, indent=2))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ def operands(t: int, k: int, n: int, c: int, adapters: int, dtype: torch.dtype):
         (3, 300, 64, 16),  # K not a multiple of the K block
         (300, 64, 72, 8),  # more rows than target programs: one span per row
         (1, 64, 1000, 64),  # one row: its columns split over many programs
+        (2, 9000, 40, 16),  # many input chunks, summed by the expand kernel
     ],
 )
 def test_matches_reference(dtype: torch.dtype, t: int, k: int, n: int, c: int) -> None:

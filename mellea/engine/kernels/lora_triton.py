@@ -1,10 +1,12 @@
-"""Triton twin of :func:`mellea.engine.kernels.lora.lora_gathered_ref`.
+"""Triton twin of :func:`mellea.engine.kernels.lora.lora_gathered_ref`, in two kernels.
 
-One program per (row, span of output columns): it reads its row's slot, forms
-``h = x @ A[s]^T`` (C values, kept in registers) and adds ``h @ B[s]^T`` to its span.
-A row's spans each form ``h`` again; their number is chosen so that a batch gives the
-GPU about :data:`TARGET_PROGRAMS` programs, since a decode step's rows are few and each
-product is small (the rank C is 8-64 per piece).
+*Shrink*: one program per (row, chunk of the inputs) forms that chunk's share of
+``h = x @ A[s]^T`` (C values) into a small fp32 buffer. *Expand*: one program per
+(row, block of output columns) sums the row's shares (in a fixed order: the result
+does not depend on scheduling) and adds ``h @ B[s]^T`` to its block. Each program
+makes one round of loads: a decode step's rows are few, so a program that looped over
+all of K (2048-8192 inputs) would wait on one load after another, some 50 us a
+projection on an H200, where these take a few.
 """
 
 from __future__ import annotations
@@ -13,62 +15,81 @@ import torch
 import triton
 import triton.language as tl
 
-TARGET_PROGRAMS = 256  # about two per multiprocessor on an H100/H200
+TILE = 8192  # fp32 values a program's A or B tile holds (4 warps: 64 registers each)
 
 
 @triton.jit
-def _lora_gathered_kernel(
+def _lora_shrink_kernel(
     x_ptr,
     a_ptr,
+    slot_ptr,
+    part_ptr,
+    K,
+    C,
+    stride_x,
+    stride_as,
+    stride_ac,
+    CHUNKS: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    slot = tl.load(slot_ptr + row)
+    s = tl.maximum(slot, 0).to(tl.int64)
+    k_end = tl.where(slot >= 0, K, 0)  # a base row (slot -1) reads nothing: h = 0
+    cs = tl.arange(0, BLOCK_C)
+    ks = chunk * BLOCK_K + tl.arange(0, BLOCK_K)
+    k_in = ks < k_end
+    x = tl.load(x_ptr + row * stride_x + ks, mask=k_in, other=0.0).to(tl.float32)
+    a = tl.load(
+        a_ptr + s * stride_as + cs[:, None] * stride_ac + ks[None, :],
+        mask=(cs < C)[:, None] & k_in[None, :],
+        other=0.0,
+    )
+    h = tl.sum(a * x[None, :], axis=1)
+    tl.store(part_ptr + (row * CHUNKS + chunk) * BLOCK_C + cs, h)
+
+
+@triton.jit
+def _lora_expand_kernel(
+    part_ptr,
     b_ptr,
     slot_ptr,
     out_ptr,
-    K,
     N,
     C,
-    stride_x,
     stride_out,
-    stride_as,
-    stride_ac,
     stride_bs,
     stride_bn,
-    span,
+    CHUNKS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
     BLOCK_C: tl.constexpr,
-    BLOCK_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
-    first = tl.program_id(1) * span
     slot = tl.load(slot_ptr + row)
     s = tl.maximum(slot, 0).to(tl.int64)
-    # A base row (slot -1) reads and writes nothing: its bounds are zero.
-    k_end = tl.where(slot >= 0, K, 0)
-    n_end = tl.where(slot >= 0, N, 0)
+    n_end = tl.where(slot >= 0, N, 0)  # a base row writes nothing
+    ss = tl.arange(0, BLOCK_S)
     cs = tl.arange(0, BLOCK_C)
-    c_in = cs < C
-    h = tl.zeros([BLOCK_C], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        ks = k0 + tl.arange(0, BLOCK_K)
-        k_in = ks < k_end
-        x = tl.load(x_ptr + row * stride_x + ks, mask=k_in, other=0.0).to(tl.float32)
-        a = tl.load(
-            a_ptr + s * stride_as + cs[:, None] * stride_ac + ks[None, :],
-            mask=c_in[:, None] & k_in[None, :],
-            other=0.0,
-        )
-        h += tl.sum(a * x[None, :], axis=1)
-    for n0 in range(0, span, BLOCK_N):
-        ns = first + n0 + tl.arange(0, BLOCK_N)
-        n_in = (ns < n_end) & (n0 + tl.arange(0, BLOCK_N) < span)
-        b = tl.load(
-            b_ptr + s * stride_bs + ns[:, None] * stride_bn + cs[None, :],
-            mask=n_in[:, None] & c_in[None, :],
-            other=0.0,
-        )
-        delta = tl.sum(b * h[None, :], axis=1)
-        where = out_ptr + row * stride_out + ns
-        old = tl.load(where, mask=n_in, other=0.0).to(tl.float32)
-        tl.store(where, (old + delta).to(out_ptr.dtype.element_ty), mask=n_in)
+    shares = tl.load(
+        part_ptr + (row * CHUNKS + ss[:, None]) * BLOCK_C + cs[None, :],
+        mask=(ss < CHUNKS)[:, None],
+        other=0.0,
+    )
+    h = tl.sum(shares, axis=0)
+    ns = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_in = ns < n_end
+    b = tl.load(
+        b_ptr + s * stride_bs + ns[:, None] * stride_bn + cs[None, :],
+        mask=n_in[:, None] & (cs < C)[None, :],
+        other=0.0,
+    )
+    delta = tl.sum(b * h[None, :], axis=1)
+    where = out_ptr + row * stride_out + ns
+    old = tl.load(where, mask=n_in, other=0.0).to(tl.float32)
+    tl.store(where, (old + delta).to(out_ptr.dtype.element_ty), mask=n_in)
 
 
 def lora_gathered_triton(
@@ -85,32 +106,40 @@ def lora_gathered_triton(
         return out
     if x.stride(-1) != 1:
         x = x.contiguous()
-    assert out.stride(-1) == 1
-    assert a.stride(-1) == 1 and b.stride(-1) == 1
+    assert out.stride(-1) == 1 and a.stride(-1) == 1 and b.stride(-1) == 1
     block_c = triton.next_power_of_2(c)
-    block_k = max(16, min(128, 8192 // block_c))
-    block_n = max(16, min(128, 4096 // block_c))
-    spans = min(triton.cdiv(n, block_n), max(1, triton.cdiv(TARGET_PROGRAMS, t)))
-    span = triton.cdiv(triton.cdiv(n, spans), block_n) * block_n
-    grid = (t, triton.cdiv(n, span))
-    _lora_gathered_kernel[grid](
+    block_k = max(16, min(1024, TILE // block_c, triton.next_power_of_2(k)))
+    chunks = triton.cdiv(k, block_k)
+    block_n = max(16, min(256, TILE // block_c, triton.next_power_of_2(n)))
+    part = torch.empty((t, chunks, block_c), dtype=torch.float32, device=x.device)
+    _lora_shrink_kernel[(t, chunks)](
         x,
         a,
+        slots,
+        part,
+        k,
+        c,
+        x.stride(0),
+        a.stride(0),
+        a.stride(1),
+        CHUNKS=chunks,
+        BLOCK_C=block_c,
+        BLOCK_K=block_k,
+        num_warps=4,
+    )
+    _lora_expand_kernel[(t, triton.cdiv(n, block_n))](
+        part,
         b,
         slots,
         out,
-        k,
         n,
         c,
-        x.stride(0),
         out.stride(0),
-        a.stride(0),
-        a.stride(1),
         b.stride(0),
         b.stride(1),
-        span,
+        CHUNKS=chunks,
+        BLOCK_S=triton.next_power_of_2(chunks),
         BLOCK_C=block_c,
-        BLOCK_K=block_k,
         BLOCK_N=block_n,
         num_warps=4,
     )
