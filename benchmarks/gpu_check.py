@@ -174,13 +174,8 @@ def engine_run(
     }
 
 
-def graph_replay_ms(core: EngineCore, batch: int) -> float | None:
-    """Median replay time of the decode graph for ``batch`` (its inputs as last left)."""
-    graphs = core.runner.graphs
-    if graphs is None:
-        return None
-    size = graphs.size_for(batch)
-    graph = graphs.graphs[size]
+def replay_ms(graph: torch.cuda.CUDAGraph) -> float:
+    """Median replay time of a captured graph in ms (its inputs as last left)."""
     for _ in range(3):
         graph.replay()
     times = []
@@ -192,6 +187,14 @@ def graph_replay_ms(core: EngineCore, batch: int) -> float | None:
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def graph_replay_ms(core: EngineCore, batch: int) -> float | None:
+    """Median replay time of the decode graph for ``batch`` (its inputs as last left)."""
+    graphs = core.runner.graphs
+    if graphs is None:
+        return None
+    return replay_ms(graphs.graphs[graphs.size_for(batch)])
 
 
 def hf_rates(path: Path, batch: list[list[int]], new_tokens: int, concurrency: list[int]) -> dict:

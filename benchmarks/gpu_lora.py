@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_check import SHAPES, engine_run, graph_time_us, prompts
+from gpu_check import SHAPES, engine_run, graph_time_us, prompts, replay_ms
 
 from mellea.engine.core import EngineCore
 from tests.gpu.models import make_random_model
@@ -64,21 +63,6 @@ def write_adapter(where: Path, shape: dict, rank: int, seed: int) -> Path:
     config = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": TARGETS}
     (where / "adapter_config.json").write_text(json.dumps(config))
     return where
-
-
-def graph_ms(graph) -> float:
-    """Median replay time of a captured graph in ms (its inputs as last left)."""
-    for _ in range(3):
-        graph.replay()
-    times = []
-    for _ in range(30):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 # (rows, inputs, outputs, ranks): decode-step calls of the two shapes' projections
@@ -145,7 +129,7 @@ def bench_shape(name: str, args: argparse.Namespace, root: Path) -> list[dict]:
                 if graphs is not None and kind in ("base", "mixed"):
                     size = graphs.size_for(c)
                     graph = graphs.graphs[size] if kind == "base" else graphs.lora_graphs[size][0]
-                    got["graph_ms"] = graph_ms(graph)
+                    got["graph_ms"] = replay_ms(graph)
                 best = row.get(kind)
                 if best is None or got["tok_s"] > best["tok_s"]:
                     row[kind] = got
