@@ -5,9 +5,10 @@
 //
 // Every kernel takes the x86 builds' roundings in their order (fused multiply-adds
 // where they fuse, sums in their order), so its results are their bits: the
-// activations' two int8 parts and the int4 and int8 tiles the AVX-512 build's (and so
-// the AVX2 build's), exp, silu and the softmax sums the AVX2 build's. The layouts are
-// those described in cpu_kernels.cpp ("the tiled int4 and int8 layouts").
+// activations' two int8 parts, the int4 and int8 tiles and the byte form's the AVX-512
+// build's (and so the AVX2 build's), exp, silu and the softmax sums the AVX2 build's.
+// The layouts are those described in cpu_kernels.cpp ("the tiled int4 and int8
+// layouts") and cpu_kernels_bytes.inc.
 #pragma once
 
 #if !defined(__aarch64__) || !defined(__ARM_NEON) || !defined(__ARM_FEATURE_DOTPROD)

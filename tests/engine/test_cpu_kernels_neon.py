@@ -117,7 +117,9 @@ def test_the_tiles_run_the_dot_product_instruction(check_program: Path) -> None:
     assert "int4_tile" not in ran.stdout and "all NEON kernels match" not in ran.stdout
 
 
-def _neon_bytes(program: Path, x: torch.Tensor, tiled: tuple[torch.Tensor, ...], n: int, tmp: Path):
+def _neon_bytes(
+    program: Path, x: torch.Tensor, tiled: tuple[torch.Tensor, ...], n: int, tmp: Path
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The NEON build's bytes_linear(x, *tiled, n) and bytes_dequantize(*tiled, n), as
     the check program computes them from a file of the operands."""
     qweight, subs, supers = tiled
