@@ -31,6 +31,7 @@ INCLUDED = [
         "cpu_kernels_repack.inc",
         "cpu_kernels_bytes.inc",
         "cpu_kernels_bytes256.inc",
+        "cpu_kernels_bytes_dequant.h",
     )
 ]
 PREBUILT_DIR = Path(__file__).with_name("_cpu_ext")

@@ -11,6 +11,7 @@
 #if defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
 #include "cpu_kernels_neon.h"
 #endif
+#include "cpu_kernels_bytes_dequant.h"
 #include <cmath>
 #include <omp.h>
 #include <tuple>

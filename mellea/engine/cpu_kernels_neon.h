@@ -5,9 +5,10 @@
 //
 // Every kernel takes the x86 builds' roundings in their order (fused multiply-adds
 // where they fuse, sums in their order), so its results are their bits: the
-// activations' two int8 parts and the int4 and int8 tiles the AVX-512 build's (and so
-// the AVX2 build's), exp, silu and the softmax sums the AVX2 build's. The layouts are
-// those described in cpu_kernels.cpp ("the tiled int4 and int8 layouts").
+// activations' two int8 parts, the int4 and int8 tiles and the byte form's the AVX-512
+// build's (and so the AVX2 build's), exp, silu and the softmax sums the AVX2 build's.
+// The layouts are those described in cpu_kernels.cpp ("the tiled int4 and int8
+// layouts") and cpu_kernels_bytes.inc.
 #pragma once
 
 #if !defined(__aarch64__) || !defined(__ARM_NEON) || !defined(__ARM_FEATURE_DOTPROD)
@@ -270,6 +271,81 @@ void int8_tile(const int8_t* qw, const float* wscale, const int8_t* xq, const fl
   }
   const int64_t n0 = t * kRows, valid = std::min<int64_t>(kRows, N - n0);
   for (int i = 0; i < MR; ++i) store_rows(acc[i], wscale + n0, out + i * N + n0, valid);
+}
+
+// The exact byte form of a GGUF's blocks (cpu_kernels_bytes.inc: qweight [T, G, 8, 64]
+// uint8 holding q + 128 in int8_tile's layout, subs [T, G, P, 16] int8 with each row's sc
+// of the group's two sub-blocks of 16 and, where MINS (P == 3), its minimum m, supers
+// [T, G / S, P - 1, 16] fp32 with d (and dmin) per S groups): output rows [16 t, 16 t + 16)
+// for MR activation rows. Flipping a stored byte's top bit gives q as a signed byte ((q +
+// 128) ^ 0x80 is q in two's complement), which sdot multiplies as it is: each sub-block's
+// sum q (256 hi + lo) comes out directly, with no correction for the 128 (the x86 tiles'
+// corr), and it is their integer exactly (|sum q hi| <= 16 * 128 * 127, so 256 of it
+// stays below 2^27). The floats are the AVX-512 build's in its order: d * sc per
+// sub-block (exact), dot0 * scale0, then + dot1 * scale1 fused, then the group's step
+// fused into the sum, then -(dmin * m) times the group's activation sum fused.
+inline float32x4_t widen_s8x4(const int8_t* p) {  // 4 signed bytes -> 4 floats
+  int32_t word;
+  std::memcpy(&word, p, 4);
+  const int16x8_t wide = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(word)));
+  return vcvtq_f32_s32(vmovl_s16(vget_low_s16(wide)));
+}
+
+// sum_u w[u] . x[u] over one sub-block (4 parts): x's 16 bytes, 4 per part.
+inline int32x4_t dot4(const int8x16_t* w, int8x16_t x) {
+  int32x4_t acc = vdupq_n_s32(0);
+  acc = vdotq_laneq_s32(acc, w[0], x, 0);
+  acc = vdotq_laneq_s32(acc, w[1], x, 1);
+  acc = vdotq_laneq_s32(acc, w[2], x, 2);
+  acc = vdotq_laneq_s32(acc, w[3], x, 3);
+  return acc;
+}
+
+template <int MR, bool MINS>
+void bytes_tile(const uint8_t* qw, const int8_t* subs, const float* supers, int64_t S,
+                const int8_t* xq, const float* xscale, const float* xsum, float* out, int64_t N,
+                int64_t K, int64_t t) {
+  constexpr int P = MINS ? 3 : 2;
+  const int64_t G = K / 32;
+  const uint8x16_t flip = vdupq_n_u8(0x80);
+  float32x4_t acc[MR][4];
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < 4; ++q) acc[i][q] = vdupq_n_f32(0.f);
+  const uint8_t* w = qw + t * G * 512;
+  const int8_t* sb = subs + t * G * P * kRows;
+  const float* sp = supers + t * (G / S) * (P - 1) * kRows;
+  for (int64_t g = 0; g < G; ++g, w += 512, sb += P * kRows) {
+    for (int line = 0; line < 512; line += 64) __builtin_prefetch(w + 2 * kAhead + line);
+    __builtin_prefetch(sb + 8 * P * kRows);  // the scales as far ahead as the weights
+    const float* dp = sp + (g / S) * (P - 1) * kRows;
+    for (int q = 0; q < 4; ++q) {  // rows 4 q .. 4 q + 3
+      int8x16_t wv[8];
+      for (int u = 0; u < 8; ++u)
+        wv[u] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(w + 64 * u + 16 * q), flip));
+      const float32x4_t d = vld1q_f32(dp + 4 * q);
+      const float32x4_t scale0 = vmulq_f32(d, widen_s8x4(sb + 4 * q));  // exact
+      const float32x4_t scale1 = vmulq_f32(d, widen_s8x4(sb + kRows + 4 * q));
+      float32x4_t offset = vdupq_n_f32(0.f);
+      if constexpr (MINS)
+        offset = vsubq_f32(vdupq_n_f32(0.f), vmulq_f32(vld1q_f32(dp + kRows + 4 * q),
+                                                        widen_s8x4(sb + 2 * kRows + 4 * q)));
+      for (int i = 0; i < MR; ++i) {
+        const int8_t* xh = xq + i * 2 * K + g * 32;
+        const int8_t* xl = xh + K;
+        const int32x4_t dot0 = vaddq_s32(vshlq_n_s32(dot4(wv, vld1q_s8(xh)), 8),
+                                         dot4(wv, vld1q_s8(xl)));
+        const int32x4_t dot1 = vaddq_s32(vshlq_n_s32(dot4(wv + 4, vld1q_s8(xh + 16)), 8),
+                                         dot4(wv + 4, vld1q_s8(xl + 16)));
+        float32x4_t f = vmulq_f32(vcvtq_f32_s32(dot0), scale0);
+        f = vfmaq_f32(f, vcvtq_f32_s32(dot1), scale1);
+        acc[i][q] = vfmaq_f32(acc[i][q], f, vdupq_n_f32(xscale[i * G + g]));
+        if constexpr (MINS)
+          acc[i][q] = vfmaq_f32(acc[i][q], offset, vdupq_n_f32(xsum[i * G + g]));
+      }
+    }
+  }
+  const int64_t n0 = t * kRows, valid = std::min<int64_t>(kRows, N - n0);
+  for (int i = 0; i < MR; ++i) store_rows(acc[i], nullptr, out + i * N + n0, valid);
 }
 
 }  // namespace mellea_neon

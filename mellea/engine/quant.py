@@ -660,11 +660,10 @@ def tile_rows_torch(
 
 
 def byte_form_runs() -> bool:
-    """Whether a GGUF's 5-8-bit layers load in the exact byte form here: where the C++
-    kernels run, but for the NEON build, whose byte tile is the plain C++ loops (no
-    ``sdot`` kernel of its own yet): there they keep the per-row int8 form and its NEON
-    tile."""
-    return cpu_kernels.available() and cpu_kernels.family() != "neon-dotprod"
+    """Whether a GGUF's 5-8-bit layers load in the exact byte form here: wherever the
+    C++ kernels run (every family has a byte tile: VNNI or ``vpmaddwd`` on x86, ``sdot``
+    on NEON, plain loops in the generic build); without them they keep per-row int8."""
+    return cpu_kernels.available()
 
 
 def tile_bytes(

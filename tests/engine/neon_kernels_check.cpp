@@ -5,12 +5,19 @@
 // tests/engine/test_cpu_kernels_neon.py with aarch64-linux-gnu-g++ and run under
 // qemu-aarch64 (-cpu max, for the dot product); prints one line per kernel and exits 1
 // on the first kernel that differs.
+//
+// Given `bytes IN OUT`, it runs the neon-dotprod build's bytes_linear and
+// bytes_dequantize (the two-part activations, the byte tile in row blocks of 4, the
+// dequantizer of cpu_kernels_bytes_dequant.h) on the operands in file IN and writes
+// their results to OUT, for the test to compare with the x86 builds' bits.
+#include "cpu_kernels_bytes_dequant.h"
 #include "cpu_kernels_neon.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <vector>
@@ -404,9 +411,163 @@ void check_tiles(int& cases) {
     }
 }
 
+// Runs bytes_tile on MR rows for every tile: the byte form's operands with the ranges'
+// ends (bytes 0 and 255, sc -128, minimums up to 63), d (and dmin) fp16 values per S
+// groups. The reference takes the AVX-512 build's steps (cpu_kernels_bytes.inc) one by
+// one: the sub-blocks' integer sums, d * sc, dot0 * scale0, + dot1 * scale1 fused, the
+// step fused into the sum, then -(dmin * m) times the group's sum fused.
+template <int MR>
+void check_bytes(int N, int K, int S, bool mins) {
+  const int G = K / 32, T = (N + 15) / 16, P = mins ? 3 : 2;
+  std::vector<uint8_t> qw(T * G * 512);
+  std::vector<int8_t> subs(T * G * P * 16);
+  std::vector<float> supers(T * (G / S) * (P - 1) * 16);
+  for (auto& b : qw) b = static_cast<uint8_t>(integer(0, 255));
+  for (int g = 0; g < G; g += 3) std::fill_n(&qw[g * 512], 512, static_cast<uint8_t>(g % 2 ? 255 : 0));
+  for (int tg = 0; tg < T * G; ++tg)
+    for (int p = 0; p < P; ++p)
+      for (int j = 0; j < 16; ++j)
+        subs[(tg * P + p) * 16 + j] =
+            static_cast<int8_t>(p == 2 ? integer(0, 63) : tg % 5 == 0 ? -128 : integer(-128, 127));
+  for (auto& f : supers) f = half_bits_to_float(float_to_half_bits(uniform(1e-5f, 2e-3f)));
+  const std::vector<float> x = activations(MR, K);
+  const Parts p = ref_parts(x, MR, K);
+  std::vector<float> got(MR * N + 1, 0.f);
+  got[MR * N] = -1.f;  // a sentinel past the end
+  for (int t = 0; t < T; ++t)
+    if (mins)
+      nk::bytes_tile<MR, true>(qw.data(), subs.data(), supers.data(), S, p.q.data(),
+                               p.step.data(), p.sum.data(), got.data(), N, K, t);
+    else
+      nk::bytes_tile<MR, false>(qw.data(), subs.data(), supers.data(), S, p.q.data(),
+                                p.step.data(), p.sum.data(), got.data(), N, K, t);
+  char what[80];
+  std::snprintf(what, sizeof what, "bytes_tile<%d>%s N=%d K=%d S=%d", MR, mins ? " mins" : "", N,
+                K, S);
+  if (got[MR * N] != -1.f) fail(what, "wrote past the end", got[MR * N], -1.f);
+  std::vector<float> row(K);
+  for (int i = 0; i < MR; ++i)
+    for (int n = 0; n < N; ++n) {
+      const int t = n / 16, j = n % 16;
+      mellea_bytes::dequantize_row(qw.data(), subs.data(), supers.data(), G, S, P, t, j,
+                                   row.data());
+      float acc = 0.f;
+      double exact = 0.0, bound = 0.0, mag = 0.0;
+      for (int g = 0; g < G; ++g) {
+        const uint8_t* w = qw.data() + (t * G + g) * 512;
+        const int8_t* sb = subs.data() + (t * G + g) * P * 16;
+        const float* dp = supers.data() + (t * (G / S) + g / S) * (P - 1) * 16;
+        const int8_t* xh = p.q.data() + i * 2 * K + g * 32;
+        int32_t dot[2] = {0, 0};
+        for (int e = 0; e < 32; ++e) {
+          const int q = static_cast<int>(w[64 * (e / 4) + 4 * j + e % 4]) - 128;
+          dot[e / 16] += q * (256 * xh[e] + xh[K + e]);
+        }
+        const float scale0 = dp[j] * static_cast<float>(sb[j]);
+        const float scale1 = dp[j] * static_cast<float>(sb[16 + j]);
+        const float offset = mins ? 0.f - dp[16 + j] * static_cast<float>(sb[32 + j]) : 0.f;
+        float f = static_cast<float>(dot[0]) * scale0;
+        f = std::fma(static_cast<float>(dot[1]), scale1, f);
+        acc = std::fma(f, p.step[i * G + g], acc);
+        if (mins) acc = std::fma(offset, p.sum[i * G + g], acc);
+        for (int e = 0; e < 32; ++e) {
+          const int q = static_cast<int>(w[64 * (e / 4) + 4 * j + e % 4]) - 128;
+          // The dequantizer's weight: (d sc) q, then + -(dmin m), each rounded (its
+          // -(dmin m) is the tile's 0 - dmin m but for the sign of a zero).
+          const float product = (e < 16 ? scale0 : scale1) * static_cast<float>(q);
+          const float wk =
+              mins ? product + -(dp[16 + j] * static_cast<float>(sb[32 + j])) : product;
+          if (!same(row[g * 32 + e], wk)) fail(what, "dequantize_row", row[g * 32 + e], wk);
+          exact += static_cast<double>(wk) * x[i * K + g * 32 + e];
+          bound += std::fabs(wk) * p.step[i * G + g];
+          mag += (std::fabs(product) + std::fabs(offset)) * std::fabs(x[i * K + g * 32 + e]);
+        }
+      }
+      const float out = got[i * N + n];
+      if (!same(out, acc)) fail(what, "bits", out, acc);
+      if (std::fabs(out - exact) > bound + 1e-5 * mag)
+        fail(what, "against the exact product", out, exact);
+    }
+}
+
+template <int MR>
+void check_byte_tiles(int& cases) {
+  for (int N : {16, 5, 37})
+    for (int K : {32, 96, 512})
+      for (bool mins : {false, true}) {
+        check_bytes<MR>(N, K, 1, mins);
+        ++cases;
+        if (K % 256 == 0) {  // the K-quants' super-blocks of 8 groups
+          check_bytes<MR>(N, K, 8, mins);
+          ++cases;
+        }
+      }
+}
+
+// ---- bytes_linear and bytes_dequantize on a file's operands --------------------------
+
+template <typename V>
+bool read_into(std::ifstream& in, V& v, size_t n) {
+  v.resize(n);
+  return static_cast<bool>(
+      in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(v[0]))));
+}
+
+// IN: int64 M, N, K, P, S; x fp32 [M, K]; qweight uint8 [T, G, 8, 64]; subs int8 [T, G,
+// P, 16]; supers fp32 [T, G / S, P - 1, 16]. OUT: out fp32 [M, N], then the weight fp32
+// [N, K]. The activations as the NEON build's quantize_activations forms them.
+int run_bytes(const char* in_path, const char* out_path) {
+  std::ifstream in(in_path, std::ios::binary);
+  int64_t head[5];
+  if (!in.read(reinterpret_cast<char*>(head), sizeof head)) return 2;
+  const int64_t M = head[0], N = head[1], K = head[2], P = head[3], S = head[4];
+  const int64_t G = K / 32, T = (N + 15) / 16;
+  std::vector<float> x, supers;
+  std::vector<uint8_t> qw;
+  std::vector<int8_t> subs;
+  if (!read_into(in, x, M * K) || !read_into(in, qw, T * G * 512) ||
+      !read_into(in, subs, T * G * P * 16) || !read_into(in, supers, T * (G / S) * (P - 1) * 16))
+    return 2;
+  std::vector<int8_t> xq(M * 2 * K);
+  std::vector<float> step(M * G), xsum(M * G);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t g = 0; g < G; ++g) {
+      float top;
+      nk::group_top_and_sum(x.data() + r * K + g * 32, &top, &xsum[r * G + g]);
+      const Steps s = steps_of(top);
+      step[r * G + g] = s.unit / 256.f;
+      int8_t* hi = xq.data() + r * 2 * K + g * 32;
+      nk::split_group(x.data() + r * K + g * 32, s.unit, s.inv, s.inv_lo, hi, hi + K);
+    }
+  std::vector<float> out(M * N + N * K);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t m = 0; m < M;) {  // row blocks of 4, then the 1-3 left
+      const int64_t rows = std::min<int64_t>(4, M - m);
+      auto tile = [&](auto rows_c) {
+        constexpr int MR = decltype(rows_c)::value;
+        auto run = P == 3 ? &nk::bytes_tile<MR, true> : &nk::bytes_tile<MR, false>;
+        run(qw.data(), subs.data(), supers.data(), S, xq.data() + m * 2 * K, step.data() + m * G,
+            xsum.data() + m * G, out.data() + m * N, N, K, t);
+      };
+      if (rows == 4) tile(std::integral_constant<int, 4>{});
+      if (rows == 3) tile(std::integral_constant<int, 3>{});
+      if (rows == 2) tile(std::integral_constant<int, 2>{});
+      if (rows == 1) tile(std::integral_constant<int, 1>{});
+      m += rows;
+    }
+  for (int64_t n = 0; n < N; ++n)
+    mellea_bytes::dequantize_row(qw.data(), subs.data(), supers.data(), G, S, P, n / 16, n % 16,
+                                 out.data() + M * N + n * K);
+  std::ofstream o(out_path, std::ios::binary);
+  o.write(reinterpret_cast<const char*>(out.data()),
+          static_cast<std::streamsize>(out.size() * sizeof(float)));
+  return o ? 0 : 3;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc == 4 && std::strcmp(argv[1], "bytes") == 0) return run_bytes(argv[2], argv[3]);
   std::setvbuf(stdout, nullptr, _IONBF, 0);  // each line out before a crash, if one comes
   check_exp();
   check_exp_shifted();
@@ -419,6 +580,12 @@ int main() {
   check_tiles<3>(cases);
   check_tiles<4>(cases);
   report("int4_tile (fp16 and Q4_K factors) and int8_tile, 1-4 rows", cases, before);
+  before = failures, cases = 0;
+  check_byte_tiles<1>(cases);
+  check_byte_tiles<2>(cases);
+  check_byte_tiles<3>(cases);
+  check_byte_tiles<4>(cases);
+  report("bytes_tile and dequantize_row, 1-4 rows", cases, before);
   if (failures) {
     std::printf("%d mismatches\n", failures);
     return 1;

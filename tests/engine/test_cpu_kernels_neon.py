@@ -1,7 +1,8 @@
 """The neon-dotprod build on an x86 machine: its kernels (mellea/engine/cpu_kernels_neon.h)
 cross-compiled for aarch64 and run under qemu-user against their scalar references
-(neon_kernels_check.cpp, bit for bit), and the whole C++ source compiled for aarch64
-as each aarch64 family builds it.
+(neon_kernels_check.cpp, bit for bit), its byte form (GGUF blocks served exactly)
+against the x86 builds' bits, and the whole C++ source compiled for aarch64 as each
+aarch64 family builds it.
 
 Needs Debian's ``g++-aarch64-linux-gnu`` and ``qemu-user`` (``make cross`` installs
 them); without them the tests skip, saying so, but fail under ``CI=true``. On an
@@ -15,9 +16,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
-from mellea.engine import cpu_build
+from mellea.engine import cpu_build, cpu_kernels
 from tests.conftest import missing_service
+from tests.engine.test_cpu_kernels import BYTE_CASES, byte_blocks_weight, random_byte_blocks
 
 CHECK = Path(__file__).with_name("neon_kernels_check.cpp")
 NATIVE = platform.machine().lower() in ("aarch64", "arm64")
@@ -31,6 +34,7 @@ KERNELS = [
     "above8",
     "group_top_and_sum + split_group",
     "int4_tile (fp16 and Q4_K factors) and int8_tile, 1-4 rows",
+    "bytes_tile and dequantize_row, 1-4 rows",
 ]
 
 
@@ -47,16 +51,12 @@ def _arch_flags(family: str) -> list[str]:
     return [f for f in cpu_build.compile_flags(family) if f.startswith("-march")]
 
 
-@pytest.fixture(scope="module")
-def check_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _build_check(program: Path, optimize: list[str]) -> Path:
     """neon_kernels_check.cpp, built static for aarch64 with the NEON build's -march."""
-    cxx = _tool(*CXX)
-    program = tmp_path_factory.mktemp("neon") / "neon_kernels_check"
     command = [
-        cxx,
+        _tool(*CXX),
         "-std=c++17",
-        "-O2",
-        "-ffp-contract=off",  # the references' roundings as written
+        *optimize,
         "-Wall",
         "-Werror",
         *_arch_flags("neon-dotprod"),
@@ -71,9 +71,27 @@ def check_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return program
 
 
-def _qemu(program: Path, cpu: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def check_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The check with the references' roundings as written (no contraction anywhere)."""
+    return _build_check(
+        tmp_path_factory.mktemp("neon") / "neon_kernels_check", ["-O2", "-ffp-contract=off"]
+    )
+
+
+@pytest.fixture(scope="module")
+def extension_check_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The check optimized as the extension's build optimizes its source (its -O level,
+    the compiler's default contraction of multiplies and adds): what the kernels'
+    own code, not the references', must survive to give the x86 builds' bits."""
+    level = [f for f in cpu_build.compile_flags("neon-dotprod") if f.startswith("-O")]
+    return _build_check(tmp_path_factory.mktemp("neon-ext") / "neon_kernels_check", level)
+
+
+def _qemu(program: Path, cpu: str, *args: str) -> subprocess.CompletedProcess[str]:
     """The program on qemu's ``cpu`` (natively, this machine's CPU, on aarch64)."""
     command = [str(program)] if NATIVE else [_tool(*QEMU), "-cpu", cpu, str(program)]
+    command += args
     return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 
@@ -99,6 +117,56 @@ def test_the_tiles_run_the_dot_product_instruction(check_program: Path) -> None:
     assert "int4_tile" not in ran.stdout and "all NEON kernels match" not in ran.stdout
 
 
+def _neon_bytes(
+    program: Path, x: torch.Tensor, tiled: tuple[torch.Tensor, ...], n: int, tmp: Path
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The NEON build's bytes_linear(x, *tiled, n) and bytes_dequantize(*tiled, n), as
+    the check program computes them from a file of the operands."""
+    qweight, subs, supers = tiled
+    rows, k = x.shape
+    per_super = qweight.shape[1] // supers.shape[1]
+    head = torch.tensor([rows, n, k, subs.shape[2], per_super], dtype=torch.int64)
+    operands = tmp / "bytes.in"
+    operands.write_bytes(
+        b"".join(t.contiguous().numpy().tobytes() for t in (head, x, qweight, subs, supers))
+    )
+    ran = _qemu(program, "max", "bytes", str(operands), str(tmp / "bytes.out"))
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    out = torch.frombuffer(bytearray((tmp / "bytes.out").read_bytes()), dtype=torch.float32)
+    assert out.numel() == rows * n + n * k
+    return out[: rows * n].view(rows, n), out[rows * n :].view(n, k)
+
+
+def test_the_neon_byte_form_gives_the_x86_builds_bits(
+    kernel_family: str, extension_check_program: Path, tmp_path: Path
+) -> None:
+    """A GGUF's blocks in the byte form (Q6_K/Q8_0-like without minimums, Q4_K/Q5_K-like
+    with them; d per group or per super-block of 8): the NEON build's bytes_linear gives
+    the AVX-512 and AVX2 builds' bits at 1-33 activation rows (the row blocks of 4 and
+    each remainder), and its dequantizer the file's weights bit for bit."""
+    from mellea.engine.quant import tile_bytes
+
+    if kernel_family not in ("avx512-vnni", "avx2"):
+        pytest.skip("the generic build is within rounding of the SIMD builds, not their bits")
+    if NATIVE:
+        pytest.skip("no x86 build to compare with on aarch64")
+    for case, (n, k, mins, per_super) in enumerate(BYTE_CASES):
+        blocks = random_byte_blocks(n, k, mins, per_super, seed=case)
+        tiled = tile_bytes(*blocks)
+        weight = byte_blocks_weight(blocks)
+        for rows in (1, 2, 3, 4, 5, 9, 33):
+            torch.manual_seed(rows)
+            x = torch.randn(rows, k) * torch.logspace(-3, 3, k)  # groups of very different sizes
+            x[0, :32] = torch.tensor([127.0, -127.0] * 16)  # the activation parts' extremes
+            if k > 32:
+                x[-1, 32:64] = 0.0  # a group with no step at all
+            out, dequantized = _neon_bytes(extension_check_program, x, tiled, n, tmp_path)
+            assert torch.equal(out, cpu_kernels.bytes_linear(x, *tiled, n)), (n, k, mins, rows)
+            assert torch.equal(dequantized, weight) and torch.equal(
+                dequantized, cpu_kernels.bytes_dequantize(*tiled, n)
+            )
+
+
 @pytest.mark.slow  # about 15 s of compiling per family
 @pytest.mark.parametrize("family", ["neon-dotprod", "generic"])
 def test_the_cpu_kernels_source_compiles_for_aarch64(family: str, tmp_path: Path) -> None:
@@ -121,3 +189,6 @@ def test_the_cpu_kernels_source_compiles_for_aarch64(family: str, tmp_path: Path
     others = {"neon-dotprod": "generic", "generic": "neon-dotprod"}
     assert b"\0" + family.encode() + b"\0" in data
     assert b"\0" + others[family].encode() + b"\0" not in data
+    # The NEON build's byte form (bytes_linear, and so the fused decode layer) runs the
+    # sdot tile of cpu_kernels_neon.h, not the generic loops.
+    assert (b"mellea_neon10bytes_tile" in data) == (family == "neon-dotprod")

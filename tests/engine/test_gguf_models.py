@@ -285,8 +285,6 @@ def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exac
 
     if exact and not cpu_kernels.available():
         pytest.skip("the byte form needs the C++ kernels")
-    if exact and cpu_kernels.family() == "neon-dotprod":
-        pytest.skip("the NEON build keeps per-row int8")
     if not exact:
         monkeypatch.setattr(weights._GGUFTensor, "has_byte_form", lambda self: False)
     if not in_cpp:
@@ -337,7 +335,7 @@ async def test_8_bit_files_serve_their_own_weights_in_int8(tiny_gguf, qtype):
     from mellea.engine.engine import Engine
 
     if not quant.byte_form_runs():
-        pytest.skip("the byte form runs on the x86 builds of the C++ kernels")
+        pytest.skip("the byte form runs on the C++ kernels")
     path = tiny_gguf("llama", qtype)
     engine = Engine(str(path), dtype="int8")
     try:
@@ -360,19 +358,24 @@ async def test_8_bit_files_serve_their_own_weights_in_int8(tiny_gguf, qtype):
         engine.shutdown()
 
 
-def test_the_neon_build_keeps_per_row_int8(tiny_gguf, monkeypatch):
-    """The NEON build has no byte-form kernel of its own (its byte tile would be plain
-    C++ loops beside its sdot int8 tile): there a Q4_K_M-like file's 8-bit layers stay
-    per-row int8."""
+def test_the_neon_build_serves_the_file_s_weights_in_the_byte_form(tiny_gguf, monkeypatch):
+    """The NEON build has a byte tile of its own (sdot, tested under qemu in
+    test_cpu_kernels_neon.py): there a Q4_K_M-like file's mixed q/k/v layer (Q4_K beside
+    Q6_K) holds the file's weights exactly, as on x86, not per-row int8."""
     from mellea.engine import cpu_kernels, quant
 
     if not cpu_kernels.available():
         pytest.skip("no C++ kernels here")
-    assert quant.byte_form_runs() == (cpu_kernels.family() != "neon-dotprod")
     monkeypatch.setattr(cpu_kernels, "family", lambda: "neon-dotprod")
-    assert not quant.byte_form_runs()
+    assert quant.byte_form_runs()
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
     cfg = ModelConfig.from_dir(meta)
     ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights="int4")
-    qkv = ours.layers[0].self_attn.qkv_proj
-    assert isinstance(qkv, Int8Linear) and not qkv.exact
+    hf = hf_model(meta)
+    rows = qkv_row_order(cfg)
+    for i in range(LAYERS):
+        qkv = ours.layers[i].self_attn.qkv_proj
+        assert isinstance(qkv, Int8Linear) and qkv.exact
+        expected = hf_qkv(hf, i)
+        expected[: rows.numel()] = expected[rows]
+        assert torch.equal(qkv.dequantized(), expected)
