@@ -88,6 +88,13 @@ def make_batch(batch: int, block_size: int, lo: int = 100, hi: int = 300) -> Sch
     return ScheduledBatch(decodes=seqs)
 
 
+def make_prompt_batch(tokens: int, block_size: int) -> ScheduledBatch:
+    """One sequence's whole prompt of ``tokens`` tokens in one step (a prompt chunk)."""
+    seq = Sequence("p0", [(7 * j) % 1000 + 10 for j in range(tokens)], SamplingParams(), 64)
+    seq.block_table = list(range(1, 1 + -(-tokens // block_size)))
+    return ScheduledBatch(prefills=[(seq, tokens)])
+
+
 def time_steps(runner: ModelRunner, batch: ScheduledBatch, steps: int) -> float:
     """Median seconds of one prepare + execute over ``steps`` steps (after 3 warm-ups)."""
     for _ in range(3):
@@ -193,6 +200,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument(
+        "--prompt", type=int, default=0, help="also time one prompt step of this many tokens"
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--json", help="append results to this JSON-lines file")
@@ -263,6 +273,13 @@ def main() -> None:
         print(f"{args.label} batch {b:3d}: {sec * 1e3:7.2f} ms/step  {b / sec:7.1f} tok/s")
         if args.profile:
             print(profile_steps(runner, batch, 10, args.top))
+    if args.prompt:
+        batch = make_prompt_batch(args.prompt, runner.block_size)
+        sec = time_steps(runner, batch, max(3, args.steps // 4))
+        results[f"prompt{args.prompt}"] = sec
+        print(f"{args.label} prompt {args.prompt}: {sec * 1e3:7.2f} ms/step")
+        if args.profile:
+            print(profile_steps(runner, batch, 3, args.top))
     print(f"load before: {load:.2f}, threads: {torch.get_num_threads()}")
     if args.json:
         with open(args.json, "a") as f:
