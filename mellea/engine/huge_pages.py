@@ -54,7 +54,8 @@ def move_to_huge_pages(model: nn.Module, smallest: int = HUGE_PAGE) -> int:
     if thp_mode() == "never" or not hasattr(mmap, "MADV_HUGEPAGE"):
         return 0
     moved = since_trim = 0
-    done: dict[int, torch.Tensor] = {}  # old data pointer -> its new tensor (tied weights)
+    copies: dict[int, torch.Tensor] = {}  # old data pointer -> its copy (shared storage)
+    done: dict[int, torch.Tensor] = {}  # id of an old tensor -> what replaced it (ties)
     for module in model.modules():
         for table in (module._buffers, module._parameters):
             for name, tensor in table.items():
@@ -65,15 +66,19 @@ def move_to_huge_pages(model: nn.Module, smallest: int = HUGE_PAGE) -> int:
                 whole = tensor.is_contiguous() and tensor.untyped_storage().nbytes() == size
                 if size < smallest or not whole:
                     continue
-                new = done.get(tensor.data_ptr())
+                new = done.get(id(tensor))
                 if new is None:
-                    new = huge_page_tensor(tensor)
-                    new.copy_(tensor)
+                    copy = copies.get(tensor.data_ptr())
+                    if copy is None:
+                        copy = huge_page_tensor(tensor)
+                        copy.copy_(tensor)
+                        copies[tensor.data_ptr()] = copy
+                        moved += size
+                        since_trim += size
+                    new = copy
                     if isinstance(tensor, nn.Parameter):
-                        new = nn.Parameter(new, requires_grad=tensor.requires_grad)
-                    done[tensor.data_ptr()] = new
-                    moved += size
-                    since_trim += size
+                        new = nn.Parameter(copy, requires_grad=tensor.requires_grad)
+                    done[id(tensor)] = new
                 table[name] = new
                 if since_trim >= TRIM_EVERY:
                     trim_malloc()

@@ -35,6 +35,8 @@ class Tied(nn.Module):
         self.register_buffer("small", torch.randn(16))
         whole = torch.randn(2 << 20)
         self.register_buffer("view", whole[: 1 << 20])  # half of a larger storage
+        # A buffer on the table's storage (as RefinedHead's exact rows may be).
+        self.register_buffer("rows", self.embed.weight.detach())
 
 
 def test_weights_move_with_their_values_and_ties(monkeypatch):
@@ -52,6 +54,8 @@ def test_weights_move_with_their_values_and_ties(monkeypatch):
         assert after[name].data_ptr() % HUGE_PAGE == 0
     assert model.head.weight is model.embed.weight  # still one tensor
     assert isinstance(model.embed.weight, nn.Parameter)
+    assert not isinstance(model.rows, nn.Parameter)
+    assert model.rows.data_ptr() == model.embed.weight.data_ptr()  # still one storage
     assert after["small"].data_ptr() == pointers["small"]  # under 2 MiB: stays
     assert after["view"].data_ptr() == pointers["view"]  # a view: stays
     out = model.head(torch.randn(2, 1024))
