@@ -1929,6 +1929,10 @@ void lora_add(const at::Tensor& out, const at::Tensor& x, const at::Tensor& a,
 // qweight's dtype, then its size(2) (8 for bytes), then the second tensor's dtype (a
 // Q4_K_M GGUF mixes them: its Q6_K tensors are bytes); out_features: their sizes.
 // residual becomes x + residual; returns the MLP's output (before its residual add).
+// The qkv projection may come in two parts (15 weights, 5 out_features: qkv's leading
+// rows, its other rows, then o, gate|up, down), each in its own form: a Q4_K_M file's
+// Q4_K q and k beside its Q6_K v, which would otherwise all take the byte form's 8.6
+// bits a weight where q and k need Q4_K's 4.5.
 // lora: empty, or (a, bt, segs) of each of the four projections (empty tensors where
 // no adapter has a pair), whose deltas join each projection's output for the rows'
 // adapters in lora_slots ([T] int32), as lora_add adds them.
@@ -1941,10 +1945,13 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
                         int64_t heads, int64_t kv_heads, double eps, double scale,
                         int64_t window, at::TensorList lora,
                         const c10::optional<at::Tensor>& lora_slots) {
-  TORCH_CHECK(weights.size() == 12 && out_features.size() == 4, "four int4 or int8 layers");
+  TORCH_CHECK((out_features.size() == 4 || out_features.size() == 5) &&
+                  weights.size() == 3 * out_features.size(),
+              "four int4 or int8 layers (the first in one or two parts)");
   TORCH_CHECK(lora.empty() || (lora.size() == 12 && lora_slots.has_value()),
               "lora: (a, bt, segs) of the four projections, and lora_slots");
-  auto linear = [&](const at::Tensor& in, int64_t i) {
+  const int64_t qkv_parts = static_cast<int64_t>(out_features.size()) - 3;
+  auto part = [&](const at::Tensor& in, int64_t i) {
     const at::Tensor& qweight = weights[3 * i];
     const at::Tensor &second = weights[3 * i + 1], &third = weights[3 * i + 2];
     at::Tensor out;
@@ -1956,10 +1963,18 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
       out = q4k_vnni_linear(in, qweight, second, third, out_features[i]);
     else
       out = int4_vnni_linear(in, qweight, second, third, out_features[i]);
-    if (!lora.empty()) lora_add(out, in, lora[3 * i], lora[3 * i + 1], lora[3 * i + 2], *lora_slots);
     return out;
   };
-  const int64_t T = x.size(0), dim = out_features[0] / (heads + 2 * kv_heads);
+  // Projection p (0 qkv, 1 o, 2 gate|up, 3 down) with its adapters' deltas.
+  auto linear = [&](const at::Tensor& in, int64_t p) {
+    at::Tensor out = p > 0 ? part(in, p + qkv_parts - 1)
+                     : qkv_parts == 1 ? part(in, 0)
+                                      : at::cat({part(in, 0), part(in, 1)}, 1);
+    if (!lora.empty()) lora_add(out, in, lora[3 * p], lora[3 * p + 1], lora[3 * p + 2], *lora_slots);
+    return out;
+  };
+  const int64_t qkv_rows = qkv_parts == 1 ? out_features[0] : out_features[0] + out_features[1];
+  const int64_t T = x.size(0), dim = qkv_rows / (heads + 2 * kv_heads);
   at::Tensor h = rms_norm(x, residual, attn_norm, eps);
   at::Tensor qkv = linear(h, 0);
   rope_store_kv(qkv, rope, k_cache, v_cache, slots, heads, kv_heads);

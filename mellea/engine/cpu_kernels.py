@@ -307,7 +307,9 @@ def decode_layer(
     """One Llama-shaped decoder layer of a decode-only step in a single op: x [T, H] fp32
     -> the MLP's output [T, H]; ``residual`` becomes x + residual in place, this step's
     K and V go into the caches. ``weights``: (qweight, scales, mins) of the qkv, o,
-    gate|up and down :class:`~mellea.engine.quant.Int4Linear` layers (VNNI layout);
+    gate|up and down :class:`~mellea.engine.quant.Int4Linear` layers (VNNI layout;
+    or any tiled form ``model._fused_operands`` gives), the qkv one in one or two parts
+    (``out_features`` then has 5 sizes: a :class:`~mellea.engine.quant.StackedLinear`);
     ``rope``: this step's complex rotations; ``meta``: the step's
     :class:`~mellea.engine.cpu_attention.AttentionMetadata`. With ``lora`` (the layer's
     packs, :func:`mellea.engine.lora.pack_fused` of each projection, flattened) each

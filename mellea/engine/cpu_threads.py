@@ -8,7 +8,10 @@ default model took 46 ms with 2 threads against 5.8 ms with 1 (2 cores, load ~4;
 benchmarks/README.md). No fixed count is right: alone, 2 threads are faster. So the
 engine thread measures: every few seconds it runs a few decode steps at each candidate
 count (all cores, half, one), all at one step size, and keeps the fastest per token
-until the next probe.
+until the next probe. A probe costs the steps it runs at a slower count, so a candidate
+clearly slower than the current count (a 1.7B model at batch 1 on 1 thread of 2: 1.46x)
+is dropped after one step, and prompt steps never run at a candidate: they run at the
+count the last probe chose.
 ``MELLEA_CPU_THREADS=N`` pins the count instead.
 """
 
@@ -30,7 +33,7 @@ THREADS_ENV = "MELLEA_CPU_THREADS"
 PROBE_STEPS = 4  # decode steps timed per candidate (after one to settle)
 PROBE_EVERY_S = 3.0  # seconds between probes, doubled while the choice holds ...
 PROBE_EVERY_MAX_S = 48.0  # ... up to this
-ABANDON = 2.0  # a candidate this many times slower per token than the current is dropped
+ABANDON = 1.25  # a candidate this many times slower per token than the current is dropped
 
 
 @contextlib.contextmanager
@@ -58,11 +61,12 @@ def _candidates(most: int, current: int) -> list[int]:
 class ThreadTuner:
     """Sets ``torch``'s thread count on the calling (engine) thread, step by step.
 
-    Call :meth:`before_step` before a step and :meth:`after_step` after it with the
-    step's tokens and seconds; only decode-only steps are measured (a prompt chunk's
-    cost per token is another matter). A probe costs little: a candidate that runs a
-    step :data:`ABANDON` times slower than the current count is dropped at once, and
-    while the choice holds the probes grow rarer."""
+    Call :meth:`before_step` before a step (saying whether it is decode-only) and
+    :meth:`after_step` after it with the step's tokens and seconds (or :meth:`step`); only decode-only steps are measured (a prompt chunk's
+    cost per token is another matter), and only they run at a probe's candidate count.
+    A probe costs little: a candidate that runs a step :data:`ABANDON` times slower
+    than the current count is dropped at once, and while the choice holds the probes
+    grow rarer."""
 
     def __init__(self, most: int | None = None, clock=time.perf_counter) -> None:
         pinned = os.environ.get(THREADS_ENV, "").strip()
@@ -80,7 +84,7 @@ class ThreadTuner:
 
     def step(self, run: Callable[[], T], tokens: int, decode_only: bool) -> T:
         """``run()`` (one step of ``tokens`` tokens) at the thread count for it, timed."""
-        self.before_step()
+        self.before_step(decode_only)
         start = time.perf_counter()
         out = run()
         self.after_step(tokens, time.perf_counter() - start, decode_only)
@@ -91,13 +95,22 @@ class ThreadTuner:
             torch.set_num_threads(threads)
             self._threads_set = threads
 
-    def before_step(self) -> None:
-        """Start a probe when it is time; set the thread count for this step."""
+    def before_step(self, decode_only: bool = True) -> None:
+        """Start a probe when it is time; set the thread count for this step.
+
+        A step with prompt tokens runs at the current count even during a probe: a
+        request's first token waits for it, and at a slower candidate (one thread for a
+        large model) it would wait the longer, for a measurement the probe discards."""
         if self.pinned or self.most <= 1:
             self._use(self.current)
             return
         if not self._queue and self.clock() >= self._next_probe:
             self._start_probe(0)
+        if not decode_only:
+            if self._queue and self._queue[0] != self.current:
+                self._skip = max(self._skip, 1)  # the candidate's next step switches again
+            self._use(self.current)
+            return
         self._use(self._queue[0] if self._queue else self.current)
 
     def _start_probe(self, tokens: int) -> None:

@@ -527,13 +527,15 @@ class DecoderModel(nn.Module):
         layer: norms before attention and MLP only, no q/k norms, biases or multipliers,
         SiLU, int4 or int8 weights in the VNNI layout); returns the path. Call it once
         the weights have their final format."""
-        from mellea.engine.quant import Int4Linear, Int8Linear
+        from mellea.engine.quant import Int4Linear, Int8Linear, StackedLinear
 
         if self.path is ComputePath.CPP and self._fused is None:
             plans = []
             for layer in self.layers:
                 attn, mlp = layer.self_attn, layer.mlp
-                linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+                qkv = attn.qkv_proj  # in two parts where its pieces' formats differ
+                parts = list(qkv.parts) if isinstance(qkv, StackedLinear) else [qkv]
+                linears = (*parts, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
                 attn_in, attn_out, mlp_in, mlp_out = layer.norms
                 if not (
                     attn_in is not None

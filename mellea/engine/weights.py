@@ -295,6 +295,10 @@ def load_weights(
             bias = _assemble(job, "bias", rows)
             return Int4Linear(None, bias, groups=_int4_groups(groups, rows))
         bias = _assemble(job, "bias", rows)
+        if fmt == "int4" and quantized and is_gguf and bias is None:
+            stacked = _int4_then_bytes(job, groups, rows)
+            if stacked is not None:
+                return stacked
         # A GGUF tensor that int4 cannot hold (Q6_K, Q8_0, ...) keeps 8 bits: the file's
         # own values in the byte form where every piece has one, else per-row int8.
         if quantized and (fmt == "int8" or (fmt == "int4" and is_gguf)):
@@ -410,9 +414,39 @@ def _int8_rows(job: _Pending, rows: torch.Tensor | None) -> tuple[torch.Tensor, 
 def _byte_blocks(job: _Pending, rows: torch.Tensor | None) -> tuple[torch.Tensor, ...] | None:
     """A pending layer's weight in the exact byte form (its pieces stacked, ``rows``
     reordered) as torch tensors; None where a piece has no byte form."""
-    from mellea.engine.gguf_blocks import stack_byte_blocks
+    return _pieces_in_bytes([piece for _, piece in sorted(job.pieces["weight"], key=_first)], rows)
+
+
+def _int4_then_bytes(
+    job: _Pending, groups: list[Any], rows: torch.Tensor | None
+) -> nn.Module | None:
+    """A fused layer whose leading pieces int4 holds and whose others only the byte form
+    does (a Q4_K_M file's Q4_K ``attn_q``, ``attn_k`` and Q6_K ``attn_v``) as the two
+    parts side by side (:class:`~mellea.engine.quant.StackedLinear`), each exactly the
+    file's; None for any other mix (then the whole layer takes the byte form)."""
+    from mellea.engine.quant import Int4Linear, Int8Linear, StackedLinear
 
     pieces = [piece for _, piece in sorted(job.pieces["weight"], key=_first)]
+    lead = next((i for i, g in enumerate(groups) if g is None), len(groups))
+    if not 0 < lead < len(groups) or any(g is not None for g in groups[lead:]):
+        return None
+    lead_rows = sum(piece.shape[0] for piece in pieces[:lead])
+    if rows is not None and rows.numel() > lead_rows:
+        return None  # the reordered q/k rows would reach into the byte-form part
+    tail = _pieces_in_bytes(pieces[lead:], None)
+    if tail is None:
+        return None
+    head = Int4Linear(None, None, groups=_int4_groups(groups[:lead], rows))
+    return StackedLinear([head, Int8Linear(None, None, blocks=tail)])
+
+
+def _pieces_in_bytes(
+    pieces: list[Any], rows: torch.Tensor | None
+) -> tuple[torch.Tensor, ...] | None:
+    """``pieces`` (GGUF tensors, in row order) stacked in the exact byte form, ``rows``
+    reordered; None where a piece has no byte form."""
+    from mellea.engine.gguf_blocks import stack_byte_blocks
+
     if not all(piece.has_byte_form() for piece in pieces):
         return None
     tensors = tuple(

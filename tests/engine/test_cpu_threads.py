@@ -73,6 +73,32 @@ def test_a_much_slower_count_is_dropped_after_one_step(threads_set):
     assert tuner.current == 1
 
 
+def test_a_large_model_at_batch_1_pays_one_step_at_one_thread(threads_set):
+    # The 1.7B-shaped Q4_K_M file's batch-1 step: 44.8 ms on 2 threads, 65.5 ms on 1
+    # (benchmarks/README.md). Each probe's steps at 1 thread slow the stream that is
+    # decoding then; 1.46x slower is clear from one step.
+    clock = Clock()
+    tuner = ThreadTuner(most=2, clock=clock)
+    counts = run(tuner, clock, threads_set, {2: 0.0448, 1: 0.0655}, 4 * (PROBE_STEPS + 1))
+    assert tuner.current == 2
+    assert counts.count(1) == 1
+
+
+def test_prompt_steps_run_at_the_current_count_during_a_probe(threads_set):
+    clock = Clock()
+    tuner = ThreadTuner(most=2, clock=clock)
+    quiet = {2: 0.010, 1: 0.012}  # close enough that 1 thread is timed in full
+    run(tuner, clock, threads_set, quiet, PROBE_STEPS + 2)  # the probe is now at 1 thread
+    assert threads_set[-1] == 1
+    # A request arrives: its prompt step must not wait on the candidate's one thread.
+    ran_at = tuner.step(lambda: threads_set[-1], 40, decode_only=False)
+    assert ran_at == 2
+    # The probe goes on at 1 thread, its first step again the switch's (not timed).
+    counts = run(tuner, clock, threads_set, quiet, PROBE_STEPS + 1)
+    assert counts == [1] * (PROBE_STEPS + 1)
+    assert tuner.current == 2 and len(tuner._timed[1]) == PROBE_STEPS
+
+
 def test_prompt_steps_do_not_count(threads_set):
     clock = Clock()
     tuner = ThreadTuner(most=2, clock=clock)

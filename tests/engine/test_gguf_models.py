@@ -221,6 +221,31 @@ def test_int4_layers_hold_the_files_4bit_weights(tiny_gguf, qtype):
             assert torch.equal(got, want)
 
 
+def test_a_q4_k_m_qkv_keeps_q_and_k_in_4_bits_beside_a_q6_k_v(tiny_gguf):
+    """A Q4_K_M file's fused q/k/v with a Q6_K attn_v: q and k stay Q4_K (4.5 bits a
+    weight), not widened to the byte form with v (8.6 bits); together they are the
+    file's weights bit for bit, rows in the CPU path's order."""
+    from mellea.engine.quant import StackedLinear
+
+    meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
+    cfg = ModelConfig.from_dir(meta)
+    ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights="int4")
+    hf = hf_model(meta)
+    rows = qkv_row_order(cfg)
+    q_k_rows = (cfg.num_heads + cfg.num_kv_heads) * cfg.head_dim
+    for i in range(LAYERS):
+        qkv = ours.layers[i].self_attn.qkv_proj
+        assert isinstance(qkv, StackedLinear)
+        q_k, v = qkv.parts
+        assert isinstance(q_k, Int4Linear) and q_k.q4k and q_k.out_features == q_k_rows
+        assert isinstance(v, Int8Linear) and v.exact
+        expected = hf_qkv(hf, i)
+        expected[: rows.numel()] = expected[rows]
+        assert torch.equal(qkv.dequantized(), expected)
+        x = torch.randn(3, cfg.hidden_size)
+        assert torch.equal(qkv(x), torch.cat([q_k(x), v(x)], -1))
+
+
 TABLE_CASES = [(Q.Q4_1, "int4"), (Q.Q6_K, "int8"), (Q.Q8_0, "bfloat16")]
 
 
@@ -253,7 +278,7 @@ def test_quantized_formats_keep_the_embedding_in_the_files_blocks(tiny_gguf, qty
 
 
 def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
-    from mellea.engine.quant import resolve_format
+    from mellea.engine.quant import StackedLinear, byte_form_runs, resolve_format
 
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
     cfg = ModelConfig.from_dir(meta)
@@ -263,7 +288,11 @@ def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
     convert_weights(ours, "int4")
     layer = ours.layers[0]
     qkv = layer.self_attn.qkv_proj
-    assert isinstance(qkv, Int8Linear) and qkv.exact  # the Q6_K attn_v, in the byte form
+    if byte_form_runs():  # Q4_K q and k in int4, the Q6_K attn_v in the byte form
+        assert isinstance(qkv, StackedLinear)
+        assert isinstance(qkv.parts[0], Int4Linear) and qkv.parts[1].exact
+    else:  # the whole fused layer per-row int8
+        assert isinstance(qkv, Int8Linear) and not qkv.exact
     assert isinstance(layer.mlp.gate_up_proj, Int4Linear)
     assert isinstance(ours.lm_head, RefinedHead)
 
@@ -275,13 +304,14 @@ def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
 )
 def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exact, in_cpp):
     """Loading a Q4_K_M-like file at int4 never widens a whole matrix to float32. Its
-    8-bit layers (Q4_K q and k beside a Q6_K v) hold the file's values exactly in the
-    byte form where the C++ kernels run; without them (here: the byte form switched
-    off) they are requantized per row a chunk of rows at a time, into the same bytes as
-    quantizing the whole float32 weight. Rows in the CPU order either way."""
+    8-bit layers (Q4_K q and k beside a Q6_K v) hold the file's values exactly where
+    the C++ kernels run (q and k in int4, v in the byte form); without them (here: the
+    byte form switched off) they are requantized per row a chunk of rows at a time,
+    into the same bytes as quantizing the whole float32 weight. Rows in the CPU order
+    either way."""
     from mellea.engine import cpu_kernels, weights
     from mellea.engine.gguf_file import GGUFTensor
-    from mellea.engine.quant import quantize_rows
+    from mellea.engine.quant import StackedLinear, quantize_rows
 
     if exact and not cpu_kernels.available():
         pytest.skip("the byte form needs the C++ kernels")
@@ -307,7 +337,7 @@ def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exac
     rows = qkv_row_order(cfg)
     for i in range(LAYERS):
         qkv = ours.layers[i].self_attn.qkv_proj
-        assert isinstance(qkv, Int8Linear) and qkv.exact == exact
+        assert isinstance(qkv, StackedLinear if exact else Int8Linear)
         expected = hf_qkv(hf, i)
         expected[: rows.numel()] = expected[rows]
         if exact:

@@ -196,7 +196,9 @@ def test_fused_q4_k_m_layers_match_the_layer_path_bit_for_bit(kernel_family, tin
         assert model.path is ComputePath.CPP_FUSED
         layer = model.layers[0]
         assert layer.mlp.down_proj.q4k and layer.self_attn.o_proj.q4k
-        assert layer.self_attn.qkv_proj.exact  # the Q6_K attn_v, in the byte form
+        q_k, v = layer.self_attn.qkv_proj.parts  # Q4_K attn_q, attn_k; Q6_K attn_v
+        assert q_k.q4k and v.exact  # Q4_K as it is, Q6_K in the byte form
+        assert len(model._fused[0][2]) == 15  # qkv in two parts
         args = _decode_step(engine.runner, contexts)
         with torch.inference_mode():
             fused = model(*args)
