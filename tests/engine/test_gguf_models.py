@@ -391,8 +391,10 @@ async def test_8_bit_files_serve_their_own_weights_in_int8(tiny_gguf, qtype):
 def test_the_neon_build_serves_the_file_s_weights_in_the_byte_form(tiny_gguf, monkeypatch):
     """The NEON build has a byte tile of its own (sdot, tested under qemu in
     test_cpu_kernels_neon.py): there a Q4_K_M-like file's mixed q/k/v layer (Q4_K beside
-    Q6_K) holds the file's weights exactly, as on x86, not per-row int8."""
+    Q6_K) holds the file's weights exactly, as on x86 (q and k in int4, v in the byte
+    form), not per-row int8."""
     from mellea.engine import cpu_kernels, quant
+    from mellea.engine.quant import StackedLinear
 
     if not cpu_kernels.available():
         pytest.skip("no C++ kernels here")
@@ -405,7 +407,8 @@ def test_the_neon_build_serves_the_file_s_weights_in_the_byte_form(tiny_gguf, mo
     rows = qkv_row_order(cfg)
     for i in range(LAYERS):
         qkv = ours.layers[i].self_attn.qkv_proj
-        assert isinstance(qkv, Int8Linear) and qkv.exact
+        assert isinstance(qkv, StackedLinear)
+        assert isinstance(qkv.parts[1], Int8Linear) and qkv.parts[1].exact
         expected = hf_qkv(hf, i)
         expected[: rows.numel()] = expected[rows]
         assert torch.equal(qkv.dequantized(), expected)
