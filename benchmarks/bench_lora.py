@@ -26,6 +26,8 @@ import itertools
 import json
 import statistics
 import tempfile
+import time
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,6 +67,54 @@ def make_adapters(where: Path, count: int, rank: int, targets: list[str]) -> dic
     return dirs
 
 
+class StepTimes:
+    """Times each ``execute`` of the engine's model runner (on the engine thread), filed
+    under the run kind being measured: the steps with prompt tokens, and the
+    decode-only steps with the thread count the tuner gave them."""
+
+    def __init__(self, runner) -> None:
+        import torch
+
+        self.kind = ""
+        self.prompt: dict[str, list[float]] = defaultdict(list)
+        self.decode: dict[str, list[tuple[float, int]]] = defaultdict(list)
+        execute = runner.execute
+
+        def timed(inputs):
+            start = time.perf_counter()
+            result = execute(inputs)
+            seconds = time.perf_counter() - start
+            if inputs.meta.num_decode == inputs.input_ids.shape[0]:
+                self.decode[self.kind].append((seconds, torch.get_num_threads()))
+            else:
+                self.prompt[self.kind].append(seconds)
+            return result
+
+        runner.execute = timed
+
+    def report(self) -> dict:
+        """Per kind: median ms of its prompt steps and of its decode steps, the ratio of
+        base-only's to each, and the share of decode steps run on one thread."""
+        out = {}
+        for kind in self.decode:
+            prompt = statistics.median(self.prompt[kind]) if self.prompt[kind] else 0.0
+            decode = statistics.median(s for s, _ in self.decode[kind])
+            out[kind] = {
+                "prompt_step_ms": round(prompt * 1e3, 2),
+                "decode_step_ms": round(decode * 1e3, 2),
+                "one_thread_share": round(
+                    sum(n == 1 for _, n in self.decode[kind]) / len(self.decode[kind]), 2
+                ),
+            }
+        base = out.get("base")
+        for kind, row in out.items():
+            if base and row["prompt_step_ms"] and row["decode_step_ms"]:
+                row["prompt_ratio"] = round(base["prompt_step_ms"] / row["prompt_step_ms"], 3)
+                row["decode_ratio"] = round(base["decode_step_ms"] / row["decode_step_ms"], 3)
+            print(f"  steps, {kind}: {row}")
+        return out
+
+
 async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
     """Best tokens/s of each run kind over the rounds, and their ratios to base-only."""
     params = greedy_params(args.max_tokens)
@@ -85,6 +135,7 @@ async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
     }
     model = engine.runner.model
     own_path = model.path
+    steps = StepTimes(engine.runner)
     best = dict.fromkeys(kinds, 0.0)
     rounds = []  # per round, each kind's tokens/s: ratios within a round share its load
     for _ in range(args.rounds):
@@ -93,6 +144,7 @@ async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
             wait_for_quiet(args.quiet_wait)
             # Between steps (the engine is idle here), so no forward pass sees it change.
             model.set_path(own_path.layer_path if kind.endswith("op by op") else own_path)
+            steps.kind = kind
             run = await stream_requests(add, pool.take(args.streams), params, args.streams, kind)
             print(f"  {kind}: {run.tokens_per_s:.1f} tok/s")
             best[kind] = max(best[kind], run.tokens_per_s)
@@ -110,6 +162,7 @@ async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
         "ratio_to_base": ratios,
         "median_round_ratio": medians,
         "rounds": rounds,
+        "steps": steps.report(),
     }
 
 
