@@ -11,8 +11,11 @@ kept, and the median over rounds of each round's ratio to its own base-only run
 
 With int4 weights on the C++ kernels, decode-only steps run each layer as one C++ op
 that adds the adapters' low-rank products itself (fp16 pairs, each adapter's rows
-together); the "op by op" runs take the layers' own path (LoRA by hooks on each
-projection, fp32 pairs) for comparison.
+together); the "op by op" runs take the layers' own path for comparison, where a
+hook on each projection adds them (one ``lora_add`` per projection from the same
+fp16 pairs, as prompt steps do). Each ``execute`` of the model runner is timed too:
+per run kind, the median prompt step and decode step, their ratios to base-only, and
+the share of decode steps the thread tuner ran on one thread.
 
     python benchmarks/bench_lora.py            # 64 tokens, 3 rounds
     python benchmarks/bench_lora.py --quick    # 16 tokens, one round

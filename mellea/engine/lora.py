@@ -431,7 +431,7 @@ class AdapterSet:
         if self._stacked != len(self.adapters):
             self._stacks = _stack(self.adapters)
             self.fused = None
-            if _packs_run_on(model):
+            if _reads_packs(model):
                 self.fused = [
                     [t for proj in PROJECTIONS for t in pack_fused(self.adapters, (i, proj))]
                     for i in range(len(model.layers))
@@ -439,16 +439,10 @@ class AdapterSet:
             self._stacked = len(self.adapters)
         if self._hooked:
             return
-        from mellea.engine.quant import Int4Linear, Int8Linear
-
         for i, layer in enumerate(model.layers):
             for proj in PROJECTIONS:
                 module = layer.get_submodule(proj)
-                # fp32 and bf16 weights keep the fp32 pairs: the fp16 pairs' rounding
-                # would show beside their own (bf16's logprobs moved by 0.24 against
-                # 0.10 with fp32 pairs on the tests' tiny models).
-                packed = isinstance(module, Int4Linear | Int8Linear)
-                module.register_forward_hook(self._hook(i, proj, packed))
+                module.register_forward_hook(self._hook(i, proj, _takes_packs(module)))
         self._hooked = True
 
     def _hook(self, layer: int, proj: str, packed: bool) -> Any:
@@ -477,11 +471,26 @@ class AdapterSet:
         return add_delta
 
 
-def _packs_run_on(model: DecoderModel) -> bool:
-    """Whether ``model`` runs on the C++ CPU kernels, which read the fp16 packs."""
+def _takes_packs(module: Any) -> bool:
+    """Whether a projection's hook adds the deltas from the fp16 packs (int8 and int4
+    weights, GGUF blocks included). fp32 and bf16 weights keep the fp32 pairs: beside
+    their own rounding the fp16 pairs' would show (bf16's logprobs moved by up to 0.24
+    against 0.10 with fp32 pairs on the tests' tiny models)."""
+    from mellea.engine.quant import Int4Linear, Int8Linear
+
+    return isinstance(module, Int4Linear | Int8Linear)
+
+
+def _reads_packs(model: DecoderModel) -> bool:
+    """Whether ``model`` reads the fp16 packs: it runs on the C++ CPU kernels, with int8
+    or int4 projections (the fused decode layer's, the hooks' ``lora_add``)."""
     from mellea.engine import cpu_kernels
 
-    return model.path.cpp and cpu_kernels.available()
+    return (
+        model.path.cpp
+        and cpu_kernels.available()
+        and any(_takes_packs(layer.get_submodule(p)) for layer in model.layers for p in PROJECTIONS)
+    )
 
 
 def _stack(adapters: list[LoraAdapter]) -> dict[tuple[int, str], LowRank]:

@@ -217,7 +217,7 @@ async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, route: str
     if route == "grouped":
         monkeypatch.setattr(lora, "STACKED_MIN_SHARE", 2.0)
     if route == "stacked" and fmt == "int4":  # as without the C++ kernels: no packs
-        monkeypatch.setattr(lora, "_packs_run_on", lambda model: False)
+        monkeypatch.setattr(lora, "_reads_packs", lambda model: False)
     packed = route == "packed" and cpu_kernels.available()
     stacked_calls, packed_rows = [], []
     real_stacked, real_packed = lora.apply_stacked, lora.apply_packed
