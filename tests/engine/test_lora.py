@@ -212,13 +212,12 @@ async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, route: str
     """How the hooks add the deltas: ``stacked``, in fp32 on the stacked pairs where
     steps mix adapters; ``grouped``, in fp32 per adapter; ``packed``, int8/int4 weights
     on the C++ kernels, through ``lora_add`` from the fp16 packs (prompt chunks too)."""
-    from mellea.engine import cpu_kernels, lora
+    from mellea.engine import lora
 
     if route == "grouped":
         monkeypatch.setattr(lora, "STACKED_MIN_SHARE", 2.0)
     if route == "stacked" and fmt == "int4":  # as without the C++ kernels: no packs
         monkeypatch.setattr(lora, "_reads_packs", lambda model: False)
-    packed = route == "packed" and cpu_kernels.available()
     stacked_calls, packed_rows = [], []
     real_stacked, real_packed = lora.apply_stacked, lora.apply_packed
     monkeypatch.setattr(
@@ -230,7 +229,8 @@ async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, route: str
         lambda out, x, *a: packed_rows.append(x.shape[0]) or real_packed(out, x, *a),
     )
     _, path, dirs = family
-    await mixed_batches_match_peft(path, dirs, fmt)
+    engine = await mixed_batches_match_peft(path, dirs, fmt)
+    packed = route == "packed" and engine.runner.model.path.cpp  # on the C++ kernels
     assert bool(packed_rows) == packed
     assert bool(stacked_calls) == (route == "stacked" or (route == "packed" and not packed))
     if packed:  # prompt chunks (CHUNK rows) as well as decode steps
