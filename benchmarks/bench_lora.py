@@ -14,8 +14,9 @@ that adds the adapters' low-rank products itself (fp16 pairs, each adapter's row
 together); the "op by op" runs take the layers' own path for comparison, where a
 hook on each projection adds them (one ``lora_add`` per projection from the same
 fp16 pairs, as prompt steps do). Each ``execute`` of the model runner is timed too:
-per run kind, the median prompt step and decode step, their ratios to base-only, and
-the share of decode steps the thread tuner ran on one thread.
+per run kind, the median prompt step and decode step, the median over rounds of their
+ratios to the round's base-only steps, and the share of decode steps the thread tuner
+ran on one thread.
 
     python benchmarks/bench_lora.py            # 64 tokens, 3 rounds
     python benchmarks/bench_lora.py --quick    # 16 tokens, one round
@@ -72,15 +73,15 @@ def make_adapters(where: Path, count: int, rank: int, targets: list[str]) -> dic
 
 class StepTimes:
     """Times each ``execute`` of the engine's model runner (on the engine thread), filed
-    under the run kind being measured: the steps with prompt tokens, and the
+    under the round and run kind being measured: the steps with prompt tokens, and the
     decode-only steps with the thread count the tuner gave them."""
 
     def __init__(self, runner) -> None:
         import torch
 
-        self.kind = ""
-        self.prompt: dict[str, list[float]] = defaultdict(list)
-        self.decode: dict[str, list[tuple[float, int]]] = defaultdict(list)
+        self.at: tuple[int, str] = (0, "")  # (round, kind) now running
+        self.prompt: dict[tuple[int, str], list[float]] = defaultdict(list)
+        self.decode: dict[tuple[int, str], list[tuple[float, int]]] = defaultdict(list)
         execute = runner.execute
 
         def timed(inputs):
@@ -88,32 +89,44 @@ class StepTimes:
             result = execute(inputs)
             seconds = time.perf_counter() - start
             if inputs.meta.num_decode == inputs.input_ids.shape[0]:
-                self.decode[self.kind].append((seconds, torch.get_num_threads()))
+                self.decode[self.at].append((seconds, torch.get_num_threads()))
             else:
-                self.prompt[self.kind].append(seconds)
+                self.prompt[self.at].append(seconds)
             return result
 
         runner.execute = timed
 
     def report(self) -> dict:
-        """Per kind: median ms of its prompt steps and of its decode steps, the ratio of
-        base-only's to each, and the share of decode steps run on one thread."""
+        """Per kind: median ms of its prompt steps and of its decode steps over all
+        rounds, the median over rounds of each round's base-only median over its own
+        (prompt and decode ratios), and the share of decode steps on one thread."""
         out = {}
-        for kind in self.decode:
-            prompt = statistics.median(self.prompt[kind]) if self.prompt[kind] else 0.0
-            decode = statistics.median(s for s, _ in self.decode[kind])
-            out[kind] = {
-                "prompt_step_ms": round(prompt * 1e3, 2),
-                "decode_step_ms": round(decode * 1e3, 2),
-                "one_thread_share": round(
-                    sum(n == 1 for _, n in self.decode[kind]) / len(self.decode[kind]), 2
-                ),
+        kinds = list(dict.fromkeys(kind for _, kind in self.decode))
+        rounds = sorted({r for r, _ in self.decode})
+
+        def median_ms(times: list[float]) -> float:
+            return statistics.median(times) * 1e3 if times else float("nan")
+
+        for kind in kinds:
+            prompt = [t for r in rounds for t in self.prompt[(r, kind)]]
+            decode = [t for r in rounds for t in self.decode[(r, kind)]]
+            row = {
+                "prompt_step_ms": round(median_ms(prompt), 2),
+                "decode_step_ms": round(median_ms([s for s, _ in decode]), 2),
+                "one_thread_share": round(sum(n == 1 for _, n in decode) / max(1, len(decode)), 2),
             }
-        base = out.get("base")
-        for kind, row in out.items():
-            if base and row["prompt_step_ms"] and row["decode_step_ms"]:
-                row["prompt_ratio"] = round(base["prompt_step_ms"] / row["prompt_step_ms"], 3)
-                row["decode_ratio"] = round(base["decode_step_ms"] / row["decode_step_ms"], 3)
+            for name, steps, pick in (
+                ("prompt_ratio", self.prompt, lambda v: v),
+                ("decode_ratio", self.decode, lambda v: [s for s, _ in v]),
+            ):
+                ratios = [
+                    median_ms(pick(steps[(r, "base")])) / median_ms(pick(steps[(r, kind)]))
+                    for r in rounds
+                    if steps[(r, kind)] and steps[(r, "base")]
+                ]
+                if ratios:
+                    row[name] = round(statistics.median(ratios), 3)
+            out[kind] = row
             print(f"  steps, {kind}: {row}")
         return out
 
@@ -141,13 +154,13 @@ async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
     steps = StepTimes(engine.runner)
     best = dict.fromkeys(kinds, 0.0)
     rounds = []  # per round, each kind's tokens/s: ratios within a round share its load
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
         rounds.append({})
         for kind, add in kinds.items():
             wait_for_quiet(args.quiet_wait)
             # Between steps (the engine is idle here), so no forward pass sees it change.
             model.set_path(own_path.layer_path if kind.endswith("op by op") else own_path)
-            steps.kind = kind
+            steps.at = (round_, kind)
             run = await stream_requests(add, pool.take(args.streams), params, args.streams, kind)
             print(f"  {kind}: {run.tokens_per_s:.1f} tok/s")
             best[kind] = max(best[kind], run.tokens_per_s)
