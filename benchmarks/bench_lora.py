@@ -11,8 +11,12 @@ kept, and the median over rounds of each round's ratio to its own base-only run
 
 With int4 weights on the C++ kernels, decode-only steps run each layer as one C++ op
 that adds the adapters' low-rank products itself (fp16 pairs, each adapter's rows
-together); the "op by op" runs take the layers' own path (LoRA by hooks on each
-projection, fp32 pairs) for comparison.
+together); the "op by op" runs take the layers' own path for comparison, where a
+hook on each projection adds them (one ``lora_add`` per projection from the same
+fp16 pairs, as prompt steps do). Each ``execute`` of the model runner is timed too:
+per run kind, the median prompt step and decode step, the median over rounds of their
+ratios to the round's base-only steps, and the share of decode steps the thread tuner
+ran on one thread.
 
     python benchmarks/bench_lora.py            # 64 tokens, 3 rounds
     python benchmarks/bench_lora.py --quick    # 16 tokens, one round
@@ -26,6 +30,8 @@ import itertools
 import json
 import statistics
 import tempfile
+import time
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,6 +71,66 @@ def make_adapters(where: Path, count: int, rank: int, targets: list[str]) -> dic
     return dirs
 
 
+class StepTimes:
+    """Times each ``execute`` of the engine's model runner (on the engine thread), filed
+    under the round and run kind being measured: the steps with prompt tokens, and the
+    decode-only steps with the thread count the tuner gave them."""
+
+    def __init__(self, runner) -> None:
+        import torch
+
+        self.at: tuple[int, str] = (0, "")  # (round, kind) now running
+        self.prompt: dict[tuple[int, str], list[float]] = defaultdict(list)
+        self.decode: dict[tuple[int, str], list[tuple[float, int]]] = defaultdict(list)
+        execute = runner.execute
+
+        def timed(inputs):
+            start = time.perf_counter()
+            result = execute(inputs)
+            seconds = time.perf_counter() - start
+            if inputs.meta.num_decode == inputs.input_ids.shape[0]:
+                self.decode[self.at].append((seconds, torch.get_num_threads()))
+            else:
+                self.prompt[self.at].append(seconds)
+            return result
+
+        runner.execute = timed
+
+    def report(self) -> dict:
+        """Per kind: median ms of its prompt steps and of its decode steps over all
+        rounds, the median over rounds of each round's base-only median over its own
+        (prompt and decode ratios), and the share of decode steps on one thread."""
+        out = {}
+        kinds = list(dict.fromkeys(kind for _, kind in self.decode))
+        rounds = sorted({r for r, _ in self.decode})
+
+        def median_ms(times: list[float]) -> float:
+            return statistics.median(times) * 1e3 if times else float("nan")
+
+        for kind in kinds:
+            prompt = [t for r in rounds for t in self.prompt[(r, kind)]]
+            decode = [t for r in rounds for t in self.decode[(r, kind)]]
+            row = {
+                "prompt_step_ms": round(median_ms(prompt), 2),
+                "decode_step_ms": round(median_ms([s for s, _ in decode]), 2),
+                "one_thread_share": round(sum(n == 1 for _, n in decode) / max(1, len(decode)), 2),
+            }
+            for name, steps, pick in (
+                ("prompt_ratio", self.prompt, lambda v: v),
+                ("decode_ratio", self.decode, lambda v: [s for s, _ in v]),
+            ):
+                ratios = [
+                    median_ms(pick(steps[(r, "base")])) / median_ms(pick(steps[(r, kind)]))
+                    for r in rounds
+                    if steps[(r, kind)] and steps[(r, "base")]
+                ]
+                if ratios:
+                    row[name] = round(statistics.median(ratios), 3)
+            out[kind] = row
+            print(f"  steps, {kind}: {row}")
+        return out
+
+
 async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
     """Best tokens/s of each run kind over the rounds, and their ratios to base-only."""
     params = greedy_params(args.max_tokens)
@@ -85,14 +151,16 @@ async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
     }
     model = engine.runner.model
     own_path = model.path
+    steps = StepTimes(engine.runner)
     best = dict.fromkeys(kinds, 0.0)
     rounds = []  # per round, each kind's tokens/s: ratios within a round share its load
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
         rounds.append({})
         for kind, add in kinds.items():
             wait_for_quiet(args.quiet_wait)
             # Between steps (the engine is idle here), so no forward pass sees it change.
             model.set_path(own_path.layer_path if kind.endswith("op by op") else own_path)
+            steps.at = (round_, kind)
             run = await stream_requests(add, pool.take(args.streams), params, args.streams, kind)
             print(f"  {kind}: {run.tokens_per_s:.1f} tok/s")
             best[kind] = max(best[kind], run.tokens_per_s)
@@ -110,6 +178,7 @@ async def compare(engine, pool: PromptPool, names: list[str], args) -> dict:
         "ratio_to_base": ratios,
         "median_round_ratio": medians,
         "rounds": rounds,
+        "steps": steps.report(),
     }
 
 

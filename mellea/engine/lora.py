@@ -10,12 +10,17 @@ rows of the output (:class:`LowRank`); the scale is folded into B, and B's q/k r
 are put in the CPU path's rotary order as the loader orders the base weights.
 
 Every token of a step carries an adapter slot (-1 for the base model). A forward hook
-on each projection adds, per adapter present in the step, the delta of that adapter's
-tokens in fp32, whatever format the base linear stores its weights in (fp32, bf16,
-int8, int4): the hook sees only the linear's input and output. A model whose
-decode-only steps run each layer as one C++ op (int4, :attr:`ComputePath.CPP_FUSED`)
-adds the deltas inside that op instead, from every adapter's pairs packed per
-projection in fp16 (:func:`pack_fused`).
+on each projection adds each token's adapter's delta to the linear's output, whatever
+format the base linear stores its weights in (fp32, bf16, int8, int4): the hook sees
+only the linear's input and output. Where the C++ CPU kernels run the model
+(:attr:`ComputePath.CPP`) and a projection's weights are int8 or int4 (GGUF blocks
+included), its hook adds the deltas of all the step's rows in one C++ op
+(``lora_add``: each adapter's rows multiplied together) from every adapter's pairs
+packed in fp16 (:func:`pack_fused`): prompt chunks, and steps mixing prompts and
+decodes. Elsewhere (fp32 or bf16 weights, whose outputs the fp16 pairs' rounding
+would show beside their own; a GPU; no C++ kernels) it adds them in fp32, per adapter
+or on the stacked pairs. A model whose decode-only steps run each layer as one C++ op
+(:attr:`ComputePath.CPP_FUSED`) adds the deltas inside that op, from the same packs.
 
 An aLoRA (``alora_invocation_tokens`` in its config) applies from the start of the
 last occurrence of those tokens in the prompt on, as PEFT does; before it, and when
@@ -385,8 +390,12 @@ class AdapterSet:
         self._stacks: dict[tuple[int, str], LowRank] = {}
         self._stacked = 0  # how many adapters the stacks hold
         # Per layer, the fp16 packs of its four projections flattened (12 tensors), for
-        # a model with a fused decode layer (None otherwise); rebuilt with the stacks.
+        # a model on the C++ CPU kernels (None otherwise): what the fused decode layer
+        # and the hooks' lora_add read; rebuilt with the stacks.
         self.fused: list[list[torch.Tensor]] | None = None
+        # Whether the hooks of int8/int4 projections add the deltas through lora_add
+        # where the packs exist (tests turn it off to compare with the fp32 hooks).
+        self.packed_hooks = True
         # On a GPU, per (layer, projection) every adapter's pair as dense stacks.
         self.dense: dict[tuple[int, str], DenseStack] = {}
         self.generation = 0  # counts rebuilds of the stacks (a CUDA graph holds them)
@@ -444,7 +453,7 @@ class AdapterSet:
         if self._stacked != len(self.adapters):
             self._stacks = _stack(self.adapters)
             self.fused = None
-            if model.has_fused_plan:
+            if _reads_packs(model):
                 self.fused = [
                     [t for proj in PROJECTIONS for t in pack_fused(self.adapters, (i, proj))]
                     for i in range(len(model.layers))
@@ -458,11 +467,12 @@ class AdapterSet:
         for i, layer in enumerate(model.layers):
             for proj in PROJECTIONS:
                 module = layer.get_submodule(proj)
-                module.register_forward_hook(self._hook(i, proj))
+                module.register_forward_hook(self._hook(i, proj, _takes_packs(module)))
         self._hooked = True
 
-    def _hook(self, layer: int, proj: str) -> Any:
+    def _hook(self, layer: int, proj: str, packed: bool) -> Any:
         key = (layer, proj)
+        first = 3 * PROJECTIONS.index(proj)  # this projection's pack in the layer's 12
 
         def add_delta(_module: Any, inputs: tuple[torch.Tensor, ...], out: torch.Tensor) -> Any:
             step = self.current
@@ -475,11 +485,44 @@ class AdapterSet:
                         out.view(-1, out.shape[-1]), inputs[0], dense.a, dense.b, step.gathered
                     )
                 return out
+            if (
+                packed
+                and self.packed_hooks
+                and self.fused is not None
+                and step.row_slots is not None
+                and out.dtype == torch.float32
+                and out.dim() == 2
+            ):
+                return apply_packed(
+                    out, inputs[0], step.row_slots, self.fused[layer][first : first + 3]
+                )
             if step.slots is not None:
                 return apply_stacked(out, inputs[0], step, self._stacks.get(key))
             return apply_deltas(out, inputs[0], step, self.adapters, key)
 
         return add_delta
+
+
+def _takes_packs(module: Any) -> bool:
+    """Whether a projection's hook adds the deltas from the fp16 packs (int8 and int4
+    weights, GGUF blocks included, and a Q4_K_M q/k/v stacked from both). fp32 and bf16 weights keep the fp32 pairs: beside
+    their own rounding the fp16 pairs' would show (bf16's logprobs moved by up to 0.24
+    against 0.10 with fp32 pairs on the tests' tiny models)."""
+    from mellea.engine.quant import Int4Linear, Int8Linear, StackedLinear
+
+    return isinstance(module, Int4Linear | Int8Linear | StackedLinear)
+
+
+def _reads_packs(model: DecoderModel) -> bool:
+    """Whether ``model`` reads the fp16 packs: it runs on the C++ CPU kernels, with int8
+    or int4 projections (the fused decode layer's, the hooks' ``lora_add``)."""
+    from mellea.engine import cpu_kernels
+
+    return (
+        model.path.cpp
+        and cpu_kernels.available()
+        and any(_takes_packs(layer.get_submodule(p)) for layer in model.layers for p in PROJECTIONS)
+    )
 
 
 def _stack(adapters: list[LoraAdapter]) -> dict[tuple[int, str], LowRank]:
@@ -566,6 +609,19 @@ def _add_parts(
             target.add_(delta)
         else:
             target.index_add_(0, rows, delta)
+
+
+def apply_packed(
+    out: torch.Tensor, x: torch.Tensor, row_slots: torch.Tensor, pack: list[torch.Tensor]
+) -> torch.Tensor:
+    """``out`` [T, N] fp32 plus each row's adapter's delta (``row_slots`` [T] int32, -1:
+    none) from one projection's fp16 pack (:func:`pack_fused`), in one C++ op."""
+    from mellea.engine import cpu_kernels
+
+    if not out.is_contiguous():
+        out = out.contiguous()
+    cpu_kernels.lora_add(out, x.reshape(out.shape[0], -1).float(), *pack, row_slots)
+    return out
 
 
 def apply_stacked(

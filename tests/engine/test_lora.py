@@ -198,21 +198,43 @@ FORMAT_ATOL = {"bfloat16": 0.2, "int8": 0.1, "int4": 0.15}
 
 
 @pytest.mark.parametrize(
-    ("fmt", "stacked"),
-    [("float32", True), ("float32", False), ("bfloat16", True), ("int8", True), ("int4", True)],
+    ("fmt", "route"),
+    [
+        ("float32", "stacked"),
+        ("float32", "grouped"),
+        ("bfloat16", "stacked"),
+        ("int8", "packed"),
+        ("int4", "packed"),
+        ("int4", "stacked"),
+    ],
 )
-async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, stacked: bool, monkeypatch):
-    """``stacked``: steps that mix adapters run on the stacked pairs; else per adapter."""
+async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, route: str, monkeypatch):
+    """How the hooks add the deltas: ``stacked``, in fp32 on the stacked pairs where
+    steps mix adapters; ``grouped``, in fp32 per adapter; ``packed``, int8/int4 weights
+    on the C++ kernels, through ``lora_add`` from the fp16 packs (prompt chunks too)."""
     from mellea.engine import lora
 
-    if not stacked:
+    if route == "grouped":
         monkeypatch.setattr(lora, "STACKED_MIN_SHARE", 2.0)
-    stacked_calls = []
-    real = lora.apply_stacked
-    monkeypatch.setattr(lora, "apply_stacked", lambda *a: stacked_calls.append(1) or real(*a))
+    if route == "stacked" and fmt == "int4":  # as without the C++ kernels: no packs
+        monkeypatch.setattr(lora, "_reads_packs", lambda model: False)
+    stacked_calls, packed_rows = [], []
+    real_stacked, real_packed = lora.apply_stacked, lora.apply_packed
+    monkeypatch.setattr(
+        lora, "apply_stacked", lambda *a: stacked_calls.append(1) or real_stacked(*a)
+    )
+    monkeypatch.setattr(
+        lora,
+        "apply_packed",
+        lambda out, x, *a: packed_rows.append(x.shape[0]) or real_packed(out, x, *a),
+    )
     _, path, dirs = family
-    await mixed_batches_match_peft(path, dirs, fmt)
-    assert bool(stacked_calls) == stacked
+    engine = await mixed_batches_match_peft(path, dirs, fmt)
+    packed = route == "packed" and engine.runner.model.path.cpp  # on the C++ kernels
+    assert bool(packed_rows) == packed
+    assert bool(stacked_calls) == (route == "stacked" or (route == "packed" and not packed))
+    if packed:  # prompt chunks (CHUNK rows) as well as decode steps
+        assert max(packed_rows) == CHUNK
 
 
 KERNEL_FAMILIES = ["avx512-vnni", "avx2", "generic"]
@@ -544,7 +566,8 @@ def test_fused_layer_adds_the_deltas_of_the_layers_path(
 ):
     """One decode-only int4 step with base rows and rows of three adapters (one row of
     some, five of another): the fused C++ layers (fp16 pairs) compute what the layers'
-    own path with its fp32 hooks computes, within fp16's rounding of the deltas."""
+    own path with its fp32 hooks (``packed_hooks`` off) computes, within fp16's
+    rounding of the deltas."""
     from mellea.engine.compute_path import ComputePath
     from tests.engine.decode_batch import decode_batch
 
@@ -574,11 +597,127 @@ def test_fused_layer_adds_the_deltas_of_the_layers_path(
         runner.adapters.current = inputs.lora
         try:
             fused = model(*args)
-            model.set_path(ComputePath.CPP)  # the layers' own path, LoRA by hooks
+            model.set_path(ComputePath.CPP)  # the layers' own path, LoRA by fp32 hooks
+            runner.adapters.packed_hooks = False
             layered = model(*args)
         finally:
             runner.adapters.current = None
+            runner.adapters.packed_hooks = True
             model.set_path(ComputePath.CPP_FUSED)
     moved = (layered - base).abs().amax(dim=1)
     assert (moved[[0, 2, 3, 4, 5, 6, 8]] > 0.1).all() and (moved[[1, 7]] == 0).all()
     torch.testing.assert_close(fused, layered, atol=0.01 * moved.max().item(), rtol=0)
+
+
+def _prefill_step(runner, prefills, decodes):
+    """``runner.prepare`` of one step: ``decodes`` (context, adapter) and ``prefills``
+    (tokens, tokens already computed, chunk length, adapter), each sequence's blocks
+    after the last one's; the KV cache is filled with seeded noise first."""
+    from mellea.engine.scheduler import ScheduledBatch
+    from mellea.engine.sequence import Sequence
+    from mellea.engine.types import SamplingParams
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        runner.k_cache.normal_()
+        runner.v_cache.normal_()
+    next_block, made = 1, []
+    specs = [
+        ([(7 * i + j) % 300 + 3 for j in range(ctx)], ctx - 1, 1, name)
+        for i, (ctx, name) in enumerate(decodes)
+    ]
+    for tokens, computed, n, name in specs + list(prefills):
+        seq = Sequence(f"s{len(made)}", tokens, SamplingParams(), 8)
+        if name is not None:
+            seq.adapter = runner.adapters.use(name, tokens)
+        blocks = -(-len(tokens) // runner.block_size)
+        seq.block_table = list(range(next_block, next_block + blocks))
+        next_block += blocks
+        seq.num_computed = computed
+        made.append((seq, n))
+    batch = ScheduledBatch(
+        decodes=[s for s, _ in made[: len(decodes)]], prefills=made[len(decodes) :]
+    )
+    return runner.prepare(batch)
+
+
+@pytest.mark.parametrize("dtype", ["int4", "int8"])
+def test_prompt_chunks_through_lora_add_equal_the_fp32_hooks(
+    make_engine, tiny_model_dir, tmp_path, kernel_family, dtype, monkeypatch
+):
+    """A step of prompt chunks (one from the start, others after computed tokens, one
+    whose aLoRA activates inside the chunk) beside decode rows, base and adapter rows
+    mixed: the hooks' ``lora_add`` (fp16 packs, all rows of the step in one op per
+    projection) adds to each projection what the fp32 hooks add to the same input,
+    within fp16's rounding of the delta, and leaves the base rows as the base model's."""
+    from mellea.engine import lora
+
+    engine = make_engine(dtype=dtype, block_size=BLOCK_SIZE)
+    runner, model, adapters = engine.runner, engine.runner.model, engine.runner.adapters
+    if not model.path.cpp:
+        pytest.skip("lora_add is a C++ op")
+    specs = {
+        "all": dict(r=4, lora_alpha=8, target_modules=ALL_TARGETS),
+        "qvd": dict(
+            r=8, lora_alpha=4, use_rslora=True, target_modules=["q_proj", "v_proj", "down_proj"]
+        ),
+        "alora": ADAPTERS["alora"],
+    }
+    for seed, (name, spec) in enumerate(specs.items()):
+        engine.load_adapter(name, make_adapter(tiny_model_dir, tmp_path / name, seed, **spec))
+    invoked = list(range(40, 47)) + INVOCATION + list(range(60, 72))  # activates at 7
+    prefills = [
+        (list(range(100, 130)), 9, 21, None),  # base, after 9 computed tokens
+        (list(range(200, 213)), 0, 13, "all"),  # a whole prompt
+        (invoked, 3, 17, "alora"),  # rows 3-6 base, 7-19 the aLoRA's
+        (list(range(300, 340)), 16, 24, "qvd"),  # a later chunk
+    ]
+    decodes = [(11, "qvd"), (6, None), (14, "all")]
+    inputs = _prefill_step(runner, prefills, decodes)
+    slots = inputs.lora.row_slots.tolist()
+    by = adapters.by_name
+    assert slots[:3] == [by["qvd"], -1, by["all"]]
+    assert slots[3:24] == [-1] * 21 and slots[37:41] == [-1] * 4
+    assert slots[41:54] == [by["alora"]] * 13
+    adapters.install(model)
+    keys = {
+        id(pack[3 * j]): (i, proj)
+        for i, pack in enumerate(adapters.fused)
+        for j, proj in enumerate(lora.PROJECTIONS)
+    }
+    errors = []  # per projection: (largest error, largest fp32 delta)
+    real = lora.apply_packed
+
+    def packed_beside_fp32(out, x, row_slots, pack):
+        step, key = adapters.current, keys[id(pack[0])]
+        want = out.clone()
+        lora.apply_stacked(want, x, step, adapters._stacks.get(key))
+        got = real(out.clone(), x, row_slots, pack)
+        errors.append(((got - want).abs().max().item(), (want - out).abs().max().item()))
+        unadapted = (want == out).all(dim=1)  # base rows, and adapters not on `key`
+        assert (got[unadapted] == out[unadapted]).all(), key
+        return real(out, x, row_slots, pack)
+
+    monkeypatch.setattr(lora, "apply_packed", packed_beside_fp32)
+    args = (inputs.input_ids, inputs.positions, runner.kv_caches, inputs.meta)
+    with torch.inference_mode():
+        base = model(*args)
+        adapters.current = inputs.lora
+        try:
+            packed = model(*args)
+            assert len(errors) == 4 * len(model.layers)  # every projection through lora_add
+            adapters.packed_hooks = False
+            hooked = model(*args)
+        finally:
+            adapters.current = None
+            adapters.packed_hooks = True
+    assert len(errors) == 4 * len(model.layers)  # the fp32 hooks did not call it
+    for error, delta in errors:
+        assert delta > 1 and error <= 2e-3 * delta
+    moved = (hooked - base).abs().amax(dim=1)
+    adapted = torch.tensor(slots) >= 0
+    assert (moved[adapted] > 0.1).all() and (moved[~adapted] == 0).all()
+    assert (packed[~adapted] == base[~adapted]).all()
+    # Through the layers, the deltas' rounding grows with these tiny models' large
+    # deltas (down_proj's up to ~200 against hidden states of ~10), to ~2% of moved.
+    torch.testing.assert_close(packed, hooked, atol=0.03 * moved.max().item(), rtol=0)
