@@ -412,3 +412,81 @@ def test_the_neon_build_serves_the_file_s_weights_in_the_byte_form(tiny_gguf, mo
         expected = hf_qkv(hf, i)
         expected[: rows.numel()] = expected[rows]
         assert torch.equal(qkv.dequantized(), expected)
+
+
+async def test_a_q4_k_m_model_serves_a_lora_as_peft(tiny_gguf, tmp_path, monkeypatch):
+    """A LoRA on every projection of a Q4_K_M-like file served at int4: its q/k/v is the
+    stacked form (q/k Q4_K beside a Q6_K v), whose prompt steps take the fp16 packs
+    through ``lora_add`` like the other int4/int8 projections, and decode steps the
+    fused layer; base and adapter requests in one batch equal PEFT over the file's
+    weights (int4's bar: the kernels round the activations)."""
+    from peft import LoraConfig, get_peft_model
+
+    from mellea.engine import lora
+    from mellea.engine.engine import Engine
+    from mellea.engine.quant import StackedLinear
+    from tests.engine.test_lora import ALL_TARGETS, check, run
+
+    meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
+    torch.manual_seed(0)
+    config = LoraConfig(
+        task_type="CAUSAL_LM",
+        r=4,
+        lora_alpha=8,
+        target_modules=ALL_TARGETS,
+        init_lora_weights=False,
+    )
+    reference = get_peft_model(hf_model(meta), config)
+    with torch.no_grad():  # PEFT's B init is small next to these weights
+        for name, param in reference.named_parameters():
+            if "lora_B" in name:
+                param.mul_(4.0)
+    reference.save_pretrained(tmp_path)  # the adapter "default"
+    reference.eval()
+    packed = []
+    real = lora.apply_packed
+    monkeypatch.setattr(lora, "apply_packed", lambda *a: packed.append(1) or real(*a))
+    engine = Engine(str(meta), dtype="int4", block_size=4, max_num_batched_tokens=16)
+    try:
+        engine.load_adapter("default", tmp_path)
+        model = engine.runner.model
+        qkv = model.layers[0].self_attn.qkv_proj
+        assert isinstance(qkv, StackedLinear) and model.path is ComputePath.CPP_FUSED
+        requests = [
+            ([1, 504, 1575, 282, 1649, 314, 339, 237, 17, 1073], None),
+            ([1, 504, 1575, 282, 1649, 314, 339, 237, 17, 1073], "default"),
+            (
+                [
+                    1,
+                    1955,
+                    665,
+                    17,
+                    1073,
+                    416,
+                    339,
+                    237,
+                    282,
+                    1649,
+                    504,
+                    9,
+                    10,
+                    11,
+                    12,
+                    13,
+                    14,
+                    15,
+                    16,
+                    17,
+                ],
+                "default",
+            ),
+        ]
+        results = await run(engine, requests)
+    finally:
+        engine.shutdown()
+    assert packed  # the prompt chunks' deltas went through lora_add
+    for (prompt, adapter), (tokens, entries, _) in zip(requests, results, strict=True):
+        check(reference, adapter, prompt, tokens, entries, "int4")
+    # The adapter moves the scores (this tiny model's greedy text stays one token).
+    base, adapted = (torch.tensor([v for _, v in r[1][0].top]) for r in results[:2])
+    assert (base - adapted).abs().max() > 0.05
