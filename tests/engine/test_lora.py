@@ -128,8 +128,9 @@ def reference_model(path: Path, dirs: dict[str, Path], fmt: str):
 
 
 def reference(model, adapter: str | None, prompt: list[int], tokens: list[int]) -> torch.Tensor:
-    """[len(tokens), vocab] log-softmax before each of ``tokens`` under ``adapter``."""
-    ids = torch.tensor([prompt + tokens])
+    """[len(tokens), vocab] log-softmax before each of ``tokens`` under ``adapter`` (on
+    the CPU, wherever the model runs)."""
+    ids = torch.tensor([prompt + tokens], device=model.device)
     with torch.inference_mode():
         if adapter is None:
             with model.disable_adapter():
@@ -137,7 +138,7 @@ def reference(model, adapter: str | None, prompt: list[int], tokens: list[int]) 
         else:
             model.set_adapter(adapter)
             logits = model(input_ids=ids).logits[0]
-    return torch.log_softmax(logits.float()[len(prompt) - 1 : -1], dim=-1)
+    return torch.log_softmax(logits.float()[len(prompt) - 1 : -1], dim=-1).cpu()
 
 
 def reference_greedy(model, adapter: str | None, prompt: list[int], n: int) -> list[int]:
@@ -468,7 +469,7 @@ def _random_adapter(slot: int, pieces: list[tuple[int, int]], rank: int, k: int,
     return LoraAdapter(f"a{slot}", info, {(0, "self_attn.qkv_proj"): low_rank(parts)})
 
 
-def _lora_reference(out, x, adapters, slots, key):
+def lora_reference(out, x, adapters, slots, key):
     """``out`` plus each row's adapter's delta, in float64 from the fp32 pairs."""
     want = out.double().clone()
     for t, slot in enumerate(slots):
@@ -500,7 +501,7 @@ def test_lora_add_gathers_each_rows_adapter(kernel_family, k: int):
     slots = [1, -1, 0, 1, 1, 2, 1, 1, 3, 0, -1]  # slot 1: five rows (4 + 1)
     torch.manual_seed(0)
     x, out = torch.randn(len(slots), k), torch.randn(len(slots), 160)
-    want = _lora_reference(out, x, adapters, slots, key)
+    want = lora_reference(out, x, adapters, slots, key)
     got = out.clone()
     cpu_kernels.lora_add(got, x, *pack_fused(adapters, key), torch.tensor(slots, dtype=torch.int32))
     delta = (want - out.double()).abs().max()
@@ -537,7 +538,7 @@ def test_lora_add_rows_together_equal_rows_alone(kernel_family, rows: int):
         cpu_kernels.lora_add(alone, x[t : t + 1], *pack, torch.tensor([slot], dtype=torch.int32))
         assert torch.equal(together[t], alone[0]), (t, slot)
         assert torch.equal(together[t], out[t]) == (slot == -1)
-    want = _lora_reference(out, x, adapters, slots, key)
+    want = lora_reference(out, x, adapters, slots, key)
     delta = (want - out.double()).abs().max().item()
     torch.testing.assert_close(together.double(), want, atol=2e-3 * delta, rtol=0)
 
@@ -554,7 +555,7 @@ def test_pack_fused_keeps_pairs_of_any_magnitude_within_fp16(kernel_family):
     update.a.mul_(1e6)  # |A| up to ~4e6: inf in fp16
     update.parts[0][4].mul_(1e-9)  # |B| ~1e-9: zero in fp16
     x, out = torch.randn(2, 32), torch.zeros(2, 48)
-    want = _lora_reference(out, x, [adapter], [0, 0], key)
+    want = lora_reference(out, x, [adapter], [0, 0], key)
     a, bt, segs = pack_fused([adapter], key)
     assert torch.isfinite(a).all() and torch.isfinite(bt).all() and bt.abs().max() > 0.01
     cpu_kernels.lora_add(out, x, a, bt, segs, torch.tensor([0, 0], dtype=torch.int32))

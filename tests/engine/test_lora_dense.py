@@ -9,6 +9,7 @@ import torch
 from mellea.engine.kernels.lora import lora_gathered_ref
 from mellea.engine.lora import AdapterInfo, AdapterSet, LoraAdapter, low_rank
 from mellea.engine.lora_dense import dense_stacks
+from tests.engine.test_lora import lora_reference
 
 QKV = (0, "self_attn.qkv_proj")
 DOWN = (0, "mlp.down_proj")
@@ -33,19 +34,6 @@ def adapter(name: str, seed: int, updates: dict[tuple[int, str], list[tuple[int,
         for key, pieces in updates.items()
     }
     return LoraAdapter(name, AdapterInfo(rank=8, targets=("q_proj",), is_alora=False), built)
-
-
-def reference(out, x, adapters, slots, key):
-    """float64: each row plus its own adapter's pieces."""
-    want = out.double().clone()
-    for t, slot in enumerate(slots):
-        update = adapters[slot].updates.get(key) if slot >= 0 else None
-        if update is None:
-            continue
-        h = update.a.double() @ x[t].double()
-        for r0, r1, c0, c1, b in update.parts:
-            want[t, r0:r1] += b.double() @ h[c0:c1]
-    return want
 
 
 ADAPTERS = [
@@ -74,7 +62,7 @@ def test_gathered_deltas_equal_each_rows_own_adapter():
         x = torch.randn(len(slots), K)
         out = torch.randn(len(slots), width)
         got = lora_gathered_ref(out.clone(), x, stacks[key].a, stacks[key].b, torch.tensor(slots))
-        want = reference(out, x, ADAPTERS, slots, key)
+        want = lora_reference(out, x, ADAPTERS, slots, key)
         torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-5)
         assert not torch.allclose(got, out)
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mellea.engine.core import EngineCore
-from tests.engine.test_lora import ADAPTERS, INVOCATION, make_adapter
+from tests.engine.test_lora import ADAPTERS, INVOCATION, make_adapter, reference
 from tests.gpu.test_engine_cuda import add, run
 
 NEW_TOKENS = 12
@@ -53,19 +53,6 @@ def peft_model(smol_dir: Path, adapter_dirs: dict[str, Path]):
     return model.eval()
 
 
-def peft_logprobs(model, adapter: str | None, prompt: list[int], tokens: list[int]):
-    """[len(tokens), vocab] log-softmax before each token under ``adapter`` (CPU)."""
-    ids = torch.tensor([prompt + tokens], device="cuda")
-    with torch.inference_mode():
-        if adapter is None:
-            with model.disable_adapter():
-                logits = model(input_ids=ids).logits[0]
-        else:
-            model.set_adapter(adapter)
-            logits = model(input_ids=ids).logits[0]
-    return torch.log_softmax(logits.float()[len(prompt) - 1 : -1], dim=-1).cpu()
-
-
 def engine_run(smol_dir: Path, adapter_dirs: dict[str, Path]) -> tuple[EngineCore, list]:
     core = EngineCore(smol_dir, dtype="float32", device="cuda", max_num_seqs=8)
     for name, where in adapter_dirs.items():
@@ -84,7 +71,7 @@ def check_against_peft(model, per_request: list) -> None:
     for (prompt, adapter), outputs in zip(REQUESTS, per_request, strict=True):
         tokens = [o.token for o in outputs]
         assert len(tokens) == NEW_TOKENS
-        ref = peft_logprobs(model, adapter, prompt, tokens)
+        ref = reference(model, adapter, prompt, tokens)
         for i, out in enumerate(outputs):
             assert float(ref[i].max() - ref[i, tokens[i]]) <= LOGPROB_ATOL, (adapter, i)
             assert out.logprobs.logprob == pytest.approx(float(ref[i, tokens[i]]), abs=LOGPROB_ATOL)
