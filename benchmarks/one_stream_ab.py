@@ -78,13 +78,14 @@ def main() -> None:
     llama = str(llama_server_binary(False, args.isa))
     llama_args = ["-m", str(args.gguf), "--host", "127.0.0.1", "-t", "2", "-tb", "2"]
     llama_args += ["--parallel", "32", "-c", "16384", "--cont-batching", "--no-webui"]
-    servers = {"llama": start("llama", [llama, *llama_args], PEERS, {})}
     roots = {"ours": ROOT, **({"ours-base": args.base.resolve()} if args.base else {})}
-    for name, root in roots.items():
-        serve = [str(root / ".venv/bin/python"), "-m", "cli.main", "serve"]
-        serve += ["docs/examples/hello.py", "--no-playground", "--model", str(args.gguf)]
-        servers[name] = start(name, serve, root, {"PYTHONPATH": str(root), **ours_env})
-    try:
+    servers: dict[str, tuple] = {}
+    try:  # the servers started so far stop, also when a later one cannot start
+        servers["llama"] = start("llama", [llama, *llama_args], PEERS, {})
+        for name, root in roots.items():
+            serve = [str(root / ".venv/bin/python"), "-m", "cli.main", "serve"]
+            serve += ["docs/examples/hello.py", "--no-playground", "--model", str(args.gguf)]
+            servers[name] = start(name, serve, root, {"PYTHONPATH": str(root), **ours_env})
         for process, url, log in servers.values():
             wait_healthy(process, url, log, 600)
         for _, url, _ in servers.values():
