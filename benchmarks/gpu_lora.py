@@ -193,10 +193,14 @@ def main() -> None:
             rows += bench_shape(name, args, Path(tmp))
     text = table(rows, device, args)
     if kernels:
-        text += "\n\nThe kernel alone (us per call in a CUDA graph; GB/s: the pairs of the rows' adapters read):\n\n"
-        text += "| rows | in | out | ranks | us | GB/s |\n|---|---|---|---|---|---|\n"
+        text += (
+            "\n\nThe kernel alone (us per call in a CUDA graph; GB/s: the pairs of the"
+            " rows' adapters read):\n\n| rows | in | out | ranks | us | GB/s |\n"
+            "|---|---|---|---|---|---|\n"
+        )
         text += "\n".join(
-            f"| {r['rows']} | {r['in']} | {r['out']} | {r['ranks']} | {r['us']:.1f} | {r['gb_s']:.0f} |"
+            f"| {r['rows']} | {r['in']} | {r['out']} | {r['ranks']} | {r['us']:.1f} "
+            f"| {r['gb_s']:.0f} |"
             for r in kernels
         )
     print(text)

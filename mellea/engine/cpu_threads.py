@@ -62,8 +62,9 @@ class ThreadTuner:
     """Sets ``torch``'s thread count on the calling (engine) thread, step by step.
 
     Call :meth:`before_step` before a step (saying whether it is decode-only) and
-    :meth:`after_step` after it with the step's tokens and seconds (or :meth:`step`); only decode-only steps are measured (a prompt chunk's
-    cost per token is another matter), and only they run at a probe's candidate count.
+    :meth:`after_step` after it with the step's tokens and seconds (or :meth:`step`);
+    only decode-only steps are measured (a prompt chunk's cost per token is another
+    matter), and only they run at a probe's candidate count.
     A probe costs little: a candidate that runs a step :data:`ABANDON` times slower
     than the current count is dropped at once, and while the choice holds the probes
     grow rarer."""

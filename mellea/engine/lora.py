@@ -505,9 +505,10 @@ class AdapterSet:
 
 def _takes_packs(module: Any) -> bool:
     """Whether a projection's hook adds the deltas from the fp16 packs (int8 and int4
-    weights, GGUF blocks included, and a Q4_K_M q/k/v stacked from both). fp32 and bf16 weights keep the fp32 pairs: beside
-    their own rounding the fp16 pairs' would show (bf16's logprobs moved by up to 0.24
-    against 0.10 with fp32 pairs on the tests' tiny models)."""
+    weights, GGUF blocks included, and a Q4_K_M q/k/v stacked from both). fp32 and bf16
+    weights keep the fp32 pairs: beside their own rounding the fp16 pairs' would show
+    (bf16's logprobs moved by up to 0.24 against 0.10 with fp32 pairs on the tests'
+    tiny models)."""
     from mellea.engine.quant import Int4Linear, Int8Linear, StackedLinear
 
     return isinstance(module, Int4Linear | Int8Linear | StackedLinear)
@@ -543,9 +544,9 @@ def pack_fused(adapters: list[LoraAdapter], key: tuple[int, str]) -> list[torch.
     """The pairs of every adapter on projection ``key`` as the fused C++ decode layer
     reads them (see ``lora_add`` in cpu_kernels.cpp): ``a`` [C, in] fp16, each
     adapter's A rows together in slot order; ``bt`` fp16, flat, each piece's B
-    transposed ([its ranks, its rows], in blocks of :data:`LORA_BLOCK` rows); ``segs`` [S, 6] int64, per piece (slot, first
-    row, end row, first and end row of A, offset in ``bt``). Empty tensors where no
-    adapter has a pair there.
+    transposed ([its ranks, its rows], in blocks of :data:`LORA_BLOCK` rows); ``segs``
+    [S, 6] int64, per piece (slot, first row, end row, first and end row of A, offset
+    in ``bt``). Empty tensors where no adapter has a pair there.
 
     fp16 holds the pairs to about 3 significant digits (the base weights beside them are
     int4) and halves what a step reads; each rank's A row and B column are first scaled
