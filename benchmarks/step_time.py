@@ -12,6 +12,7 @@ python benchmarks/step_time.py --model FILE.gguf --dtype int4 --bytes-ab  # 8-bi
 python benchmarks/step_time.py --model Q4_K_M.gguf --stacked-ab  # its mixed q/k/v
 python benchmarks/step_time.py --model FILE.gguf --dtype int4 --prompt 40  # a prompt step
 python benchmarks/step_time.py --model FILE.gguf --dtype int4 --huge-pages-ab  # 2 MiB pages
+python benchmarks/step_time.py --model Q4_K_M.gguf --dtype int4 --six-ab  # Q6_K in 6 bits
 ```
 
 ``--bytes-ab`` builds the GGUF twice, its 8-bit layers (a Q4_K_M file's Q6_K tensors
@@ -240,6 +241,11 @@ def main() -> None:
         action="store_true",
         help="the weights in huge pages (as the engine moves them) against where they were built",
     )
+    parser.add_argument(
+        "--six-ab",
+        action="store_true",
+        help="a GGUF's 6-bit layers (Q6_K) in the six-bit form against the byte form",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -260,6 +266,9 @@ def main() -> None:
         return
     if args.stacked_ab:
         compare_stacked(args.model, args.batches, args.steps)
+        return
+    if args.six_ab:
+        compare_six(args.model, args.dtype, args.batches, args.steps)
         return
     runner = make_runner(max(args.batches), 320, 16, args.dtype, args.model)
     switch = q4k_form_switch(runner) if args.q4k_forms else None
@@ -372,6 +381,31 @@ def compare_huge_pages(model: str | None, weights: str, batches: list[int], step
         cells = [f"{k} {v * 1e3:7.2f} ms" for k, v in secs.items()]
         ratio = min(secs["plain"], secs["plain, built last"]) / secs["huge"]
         print(f"batch {b:3d}: " + ", ".join(cells) + f": huge pages {ratio:.3f}x as fast")
+
+
+def compare_six(model: str | None, weights: str, batches: list[int], steps: int) -> None:
+    """Print ms per step of ``model`` (a GGUF) with the byte-form layers whose values fit
+    6 bits (Q6_K's) in the six-bit form (what the loader does, ``quant.pack_six``) and
+    in the byte form, built in turn (the byte form first, then again last) and taking
+    turns step by step."""
+    from unittest import mock
+
+    from mellea.engine import quant
+
+    def plain() -> ModelRunner:
+        with mock.patch.object(quant, "six_form_runs", lambda: False):
+            return make_runner(max(batches), 320, 16, weights, model)
+
+    runners = {"bytes": plain(), "six": make_runner(max(batches), 320, 16, weights, model)}
+    runners["bytes, built last"] = plain()
+    six = [m for m in runners["six"].model.modules() if getattr(m, "exact", False)]
+    held = sum(m.qweight.shape[2] == 6 for m in six)
+    print(f"{held} of {len(six)} byte-form layers in six bits; load {os.getloadavg()[0]:.2f}")
+    for b in batches:
+        secs = format_steps(runners, make_batch(b, 16), steps)
+        cells = [f"{k} {v * 1e3:7.2f} ms" for k, v in secs.items()]
+        ratio = min(secs["bytes"], secs["bytes, built last"]) / secs["six"]
+        print(f"batch {b:3d}: " + ", ".join(cells) + f": six bits {ratio:.3f}x as fast")
 
 
 def compare_formats(formats: list[str], batches: list[int], steps: int) -> None:

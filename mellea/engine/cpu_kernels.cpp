@@ -1925,9 +1925,10 @@ void lora_add(const at::Tensor& out, const at::Tensor& x, const at::Tensor& a,
 // projection (qkv, o, gate_up, down), int4 (qweight uint8, scales, mins) or int8
 // (qweight int8, wsum, scale), a GGUF's Q4_K exactly (qweight uint8 [T, G, 4, 64], sub
 // uint8, super fp16: q4k_vnni_linear), or the exact byte form of a GGUF's blocks (qweight
-// uint8 [T, G, 8, 64], subs int8, supers fp32: cpu_kernels_bytes.inc), told apart by
-// qweight's dtype, then its size(2) (8 for bytes), then the second tensor's dtype (a
-// Q4_K_M GGUF mixes them: its Q6_K tensors are bytes); out_features: their sizes.
+// uint8 [T, G, 8, 64], or [T, G, 6, 64] in six bits, subs int8, supers fp32:
+// cpu_kernels_bytes.inc), told apart by qweight's dtype, then the second tensor's dtype
+// (int8 for bytes, uint8 for Q4_K; a Q4_K_M GGUF mixes them: its Q6_K tensors are
+// bytes); out_features: their sizes.
 // residual becomes x + residual; returns the MLP's output (before its residual add).
 // The qkv projection may come in two parts (15 weights, 5 out_features: qkv's leading
 // rows, its other rows, then o, gate|up, down), each in its own form: a Q4_K_M file's
@@ -1957,7 +1958,7 @@ at::Tensor decode_layer(const at::Tensor& x, const at::Tensor& residual,
     at::Tensor out;
     if (qweight.scalar_type() == at::kChar)
       out = int8_vnni_linear(in, qweight, second, third, out_features[i]);
-    else if (qweight.dim() == 4 && qweight.size(2) == 8)  // uint8 [T, G, 8, 64]: bytes
+    else if (qweight.dim() == 4 && second.scalar_type() == at::kChar)  // bytes, six bits
       out = bytes_linear(in, qweight, second, third, out_features[i]);
     else if (second.scalar_type() == at::kByte && qweight.size(2) == 4)  // Q4_K
       out = q4k_vnni_linear(in, qweight, second, third, out_features[i]);
@@ -2032,6 +2033,8 @@ MELLEA_LIBRARY(MELLEA_CPU_NS, m) {
   m.impl("bytes_linear", c10::DispatchKey::CPU, TORCH_FN(bytes_linear));
   m.def("bytes_dequantize(Tensor qweight, Tensor subs, Tensor supers, int n) -> Tensor");
   m.impl("bytes_dequantize", c10::DispatchKey::CPU, TORCH_FN(bytes_dequantize));
+  m.def("six_to_bytes(Tensor qweight) -> Tensor");
+  m.impl("six_to_bytes", c10::DispatchKey::CPU, TORCH_FN(six_to_bytes));
 }
 
 #include "cpu_kernels_repack.inc"

@@ -262,9 +262,10 @@ def bytes_linear(
 ) -> torch.Tensor:
     """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for a GGUF's block weights held exactly in
     the byte form (:func:`mellea.engine.quant.tile_bytes`: the file's integer values as
-    bytes, a scale per sub-block of 16, ``d`` and ``dmin`` per super-block) on the
-    integer dot product, with the activations in two int8 parts per group of 32 as
-    :func:`int4_vnni_linear` has them. Call :func:`available` first."""
+    bytes, a scale per sub-block of 16, ``d`` and ``dmin`` per super-block), or in its
+    six-bit packing (:func:`mellea.engine.quant.pack_six`, ``qweight`` [T, G, 6, 64]),
+    on the integer dot product, with the activations in two int8 parts per group of 32
+    as :func:`int4_vnni_linear` has them. Call :func:`available` first."""
     if not x.is_contiguous():
         x = x.contiguous()
     return _ops().bytes_linear(x, qweight, subs, supers, n)
@@ -276,6 +277,12 @@ def bytes_dequantize(
     """The fp32 weight [N, K] that :func:`bytes_linear`'s operands stand for: the ``gguf``
     package's dequantized values, bit for bit."""
     return _ops().bytes_dequantize(qweight, subs, supers, n)
+
+
+def six_to_bytes(qweight: torch.Tensor) -> torch.Tensor:
+    """The six-bit form's values [T, G, 6, 64] (:func:`mellea.engine.quant.pack_six`) in
+    the byte form's layout [T, G, 8, 64] (``q + 128``), as the tiles rebuild them."""
+    return _ops().six_to_bytes(qweight)
 
 
 def int4_vnni_dequantize(

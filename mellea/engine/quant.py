@@ -319,9 +319,10 @@ class Int8Linear(nn.Module):
     def _init_bytes(
         self, blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor], bias: torch.Tensor | None
     ) -> None:
-        """The byte form: :func:`tile_bytes` of ``blocks`` (values, subs, supers), every
-        input to :func:`cpu_kernels.bytes_linear` (any length: the weights stay exact, and
-        the kernel is at worst a little slower than a bf16 GEMM of prompt chunks)."""
+        """The byte form: :func:`tile_bytes` of ``blocks`` (values, subs, supers), in six
+        bits where they fit (:func:`pack_six`), every input to
+        :func:`cpu_kernels.bytes_linear` (any length: the weights stay exact, and the
+        kernel is at worst a little slower than a bf16 GEMM of prompt chunks)."""
         if not cpu_kernels.available():
             raise ValueError("the exact byte form of a GGUF's blocks needs the C++ CPU kernels")
         values = blocks[0]
@@ -329,7 +330,8 @@ class Int8Linear(nn.Module):
         self.kernel = self.tiled = True
         self.max_kernel_rows = 1 << 62
         qweight, subs, supers = tile_bytes(*blocks)
-        self.register_buffer("qweight", qweight)
+        six = pack_six(qweight, self.out_features) if six_form_runs() else None
+        self.register_buffer("qweight", qweight if six is None else six)
         self.register_buffer("subs", subs)
         self.register_buffer("supers", supers)
         self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
@@ -688,6 +690,34 @@ def tile_bytes(
         return t.view(tiles, TILE, *t.shape[1:]).permute(0, 2, 3, 1).contiguous()
 
     return qweight.view(torch.uint8), per_tile(subs), per_tile(supers)
+
+
+def six_form_runs() -> bool:
+    """Whether byte-form layers whose values fit 6 bits are held in the six-bit form
+    (:func:`pack_six`): every family's tiles rebuild it but NEON's."""
+    return cpu_kernels.available() and cpu_kernels.family() != "neon-dotprod"
+
+
+def pack_six(qweight: torch.Tensor, n: int) -> torch.Tensor | None:
+    """:func:`tile_bytes`' values [T, G, 8, 64] (``q + 128``) of ``n`` rows in the six-bit
+    form [T, G, 6, 64] when every ``q`` is in -32..31 (Q6_K's, Q5_K's, Q4_K's, Q4_0's),
+    else ``None``: ``v = q + 32``; parts 0-3 hold the low 4 bits of parts ``u`` (low
+    nibble) and ``u + 4`` (high nibble), parts 4 and 5 the high 2 bits of parts ``4 h``
+    .. ``4 h + 3`` (part ``4 h + k`` at bits ``2 k``); the padding rows get ``q = 0``.
+    A Q4_K_M file's Q6_K layers are read at 6.75 bits a weight with their scales
+    instead of 8.6 (cpu_kernels_bytes.inc)."""
+    tiles = qweight.shape[0]
+    row = torch.arange(tiles)[:, None] * TILE + torch.arange(64)[None, :] // 4  # byte's row
+    padding = (row >= n).view(tiles, 1, 1, 64)
+    qweight = qweight.masked_fill(padding, 128)
+    if qweight.numel() == 0 or qweight.min() < 96 or qweight.max() > 159:
+        return None
+    v = qweight - 96
+    low, high = v & 15, v >> 4
+    nibbles = low[:, :, :4] | (low[:, :, 4:] << 4)
+    h = high.view(*high.shape[:2], 2, 4, 64)
+    packed = h[:, :, :, 0] | (h[:, :, :, 1] << 2) | (h[:, :, :, 2] << 4) | (h[:, :, :, 3] << 6)
+    return torch.cat([nibbles, packed], dim=2).contiguous()
 
 
 class Int4Linear(nn.Module):

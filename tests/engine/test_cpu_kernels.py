@@ -272,12 +272,57 @@ def test_bytes_linear_keeps_the_activations_to_16_bits(rows, n, k, mins, per_sup
     assert bound.max() < 1e-3 * (x.abs() @ weight.abs().T).max()
 
 
+def six_bit_blocks(n: int, k: int, mins: bool, per_super: int) -> tuple[torch.Tensor, ...]:
+    """:func:`random_byte_blocks` whose q are all in Q6_K's -32..31 (both ends present)."""
+    values, subs, supers = random_byte_blocks(n, k, mins, per_super)
+    values = values % 64 + 96
+    values[0, :2] = torch.tensor([96, 159], dtype=torch.uint8)
+    return values, subs, supers
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 33])
+@pytest.mark.parametrize(("n", "k", "mins", "per_super"), BYTE_CASES)
+def test_the_six_bit_form_gives_the_byte_forms_bits(rows, n, k, mins, per_super) -> None:
+    """Values in -32..31 (Q6_K, Q5_K, Q4_K) pack into 6 bits a weight; the tiles rebuild
+    the byte form from them: the same weights, and the same product bit for bit."""
+    from mellea.engine.quant import pack_six, tile_bytes
+
+    tiled = tile_bytes(*six_bit_blocks(n, k, mins, per_super))
+    six = pack_six(tiled[0], n)
+    assert six is not None and six.shape == (-(-n // 16), k // 32, 6, 64)
+    rebuilt = cpu_kernels.six_to_bytes(six)
+    real = tiled[0].permute(0, 3, 1, 2).reshape(-1, 16, 4, k // 32, 8)  # [T, row, ...]
+    assert torch.equal(
+        rebuilt.permute(0, 3, 1, 2).reshape(-1, 16, 4, k // 32, 8).flatten(0, 1)[:n],
+        real.flatten(0, 1)[:n],
+    )
+    assert torch.equal(
+        cpu_kernels.bytes_dequantize(six, *tiled[1:], n),
+        cpu_kernels.bytes_dequantize(*tiled, n),
+    )
+    torch.manual_seed(rows)
+    x = torch.randn(rows, k) * torch.logspace(-2, 2, k)
+    x[0, :32] = 0.0
+    want = cpu_kernels.bytes_linear(x, *tiled, n)
+    assert torch.equal(cpu_kernels.bytes_linear(x, six, *tiled[1:], n), want)
+
+
+def test_values_outside_6_bits_keep_the_byte_form() -> None:
+    from mellea.engine.quant import pack_six, tile_bytes
+
+    for low, high in ((95, 159), (96, 160)):  # q = -33, or q = 32 (Q8_0's range)
+        values, subs, supers = six_bit_blocks(16, 64, False, 1)
+        values[3, 7], values[4, 9] = low, high
+        assert pack_six(tile_bytes(values, subs, supers)[0], 16) is None
+
+
 def tiled_linears(rows: int, extremes: bool) -> Callable[[], list[torch.Tensor]]:
-    """Seeded operands of every tiled linear (int4, int8, the byte form with and without
-    minimums) for ``rows`` activation rows, and a call that runs them all on the kernels
+    """Seeded operands of every tiled linear (int4, int8, the byte form and its six-bit
+    packing, with and without minimums) for ``rows`` activation rows, and a call that runs them all on the kernels
     selected at that time. ``extremes``: the int8 range's ends in the weights and the
     activation parts' extremes in row 0."""
     from mellea.engine.quant import (
+        pack_six,
         quantize_groups,
         quantize_rows,
         tile_bytes,
@@ -295,6 +340,9 @@ def tiled_linears(rows: int, extremes: bool) -> Callable[[], list[torch.Tensor]]
     if extremes:
         x[0, 32:64] = torch.tensor([127.0, -127.0] * 16)  # the parts' extremes
     exact = [tile_bytes(*random_byte_blocks(n, 256, mins, 8)) for mins in (False, True)]
+    for mins in (False, True):
+        qweight, subs, supers = tile_bytes(*six_bit_blocks(n, 256, mins, 8))
+        exact.append((pack_six(qweight, n), subs, supers))
     x256 = torch.randn(rows, 256) * torch.logspace(-3, 3, 256)
 
     def each() -> list[torch.Tensor]:

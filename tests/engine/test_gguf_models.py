@@ -223,9 +223,9 @@ def test_int4_layers_hold_the_files_4bit_weights(tiny_gguf, qtype):
 
 def test_a_q4_k_m_qkv_keeps_q_and_k_in_4_bits_beside_a_q6_k_v(tiny_gguf):
     """A Q4_K_M file's fused q/k/v with a Q6_K attn_v: q and k stay Q4_K (4.5 bits a
-    weight), not widened to the byte form with v (8.6 bits); together they are the
-    file's weights bit for bit, rows in the CPU path's order."""
-    from mellea.engine.quant import StackedLinear
+    weight), not widened to the byte form with v (8.6 bits, or 6.75 in six bits);
+    together they are the file's weights bit for bit, rows in the CPU path's order."""
+    from mellea.engine.quant import StackedLinear, six_form_runs
 
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
     cfg = ModelConfig.from_dir(meta)
@@ -239,6 +239,7 @@ def test_a_q4_k_m_qkv_keeps_q_and_k_in_4_bits_beside_a_q6_k_v(tiny_gguf):
         q_k, v = qkv.parts
         assert isinstance(q_k, Int4Linear) and q_k.q4k and q_k.out_features == q_k_rows
         assert isinstance(v, Int8Linear) and v.exact
+        assert v.qweight.shape[2] == (6 if six_form_runs() else 8)  # Q6_K's q fit 6 bits
         expected = hf_qkv(hf, i)
         expected[: rows.numel()] = expected[rows]
         assert torch.equal(qkv.dequantized(), expected)
