@@ -280,7 +280,8 @@ def six_bit_blocks(n: int, k: int, mins: bool, per_super: int) -> tuple[torch.Te
     return values, subs, supers
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 33])
+# rows: each row block of 4 and its remainders; 8 at a time (vpmaddwd's) and the rest
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 13, 33])
 @pytest.mark.parametrize(("n", "k", "mins", "per_super"), BYTE_CASES)
 def test_the_six_bit_form_gives_the_byte_forms_bits(rows, n, k, mins, per_super) -> None:
     """Values in -32..31 (Q6_K, Q5_K, Q4_K) pack into 6 bits a weight; the tiles rebuild
