@@ -2034,6 +2034,8 @@ MELLEA_LIBRARY(MELLEA_CPU_NS, m) {
   m.def("bytes_dequantize(Tensor qweight, Tensor subs, Tensor supers, int n) -> Tensor");
   m.impl("bytes_dequantize", c10::DispatchKey::CPU, TORCH_FN(bytes_dequantize));
   m.def("six_to_bytes(Tensor qweight) -> Tensor");
+  m.def("bytes_to_six(Tensor qweight, int n) -> Tensor");
+  m.impl("bytes_to_six", c10::DispatchKey::CPU, TORCH_FN(bytes_to_six));
   m.impl("six_to_bytes", c10::DispatchKey::CPU, TORCH_FN(six_to_bytes));
 }
 

@@ -285,6 +285,13 @@ def six_to_bytes(qweight: torch.Tensor) -> torch.Tensor:
     return _ops().six_to_bytes(qweight)
 
 
+def bytes_to_six(qweight: torch.Tensor, n: int) -> torch.Tensor | None:
+    """:func:`mellea.engine.quant.pack_six` in C++ (the same bytes), ``None`` where a
+    value of the ``n`` real rows does not fit 6 bits."""
+    six = _ops().bytes_to_six(qweight, n)
+    return six if six.numel() else None
+
+
 def int4_vnni_dequantize(
     qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, n: int
 ) -> torch.Tensor:

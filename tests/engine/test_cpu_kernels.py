@@ -291,6 +291,7 @@ def test_the_six_bit_form_gives_the_byte_forms_bits(rows, n, k, mins, per_super)
     tiled = tile_bytes(*six_bit_blocks(n, k, mins, per_super))
     six = pack_six(tiled[0], n)
     assert six is not None and six.shape == (-(-n // 16), k // 32, 6, 64)
+    assert torch.equal(cpu_kernels.bytes_to_six(tiled[0], n), six)  # the loader's C++ twin
     rebuilt = cpu_kernels.six_to_bytes(six)
     real = tiled[0].permute(0, 3, 1, 2).reshape(-1, 16, 4, k // 32, 8)  # [T, row, ...]
     assert torch.equal(
@@ -314,7 +315,8 @@ def test_values_outside_6_bits_keep_the_byte_form() -> None:
     for low, high in ((95, 159), (96, 160)):  # q = -33, or q = 32 (Q8_0's range)
         values, subs, supers = six_bit_blocks(16, 64, False, 1)
         values[3, 7], values[4, 9] = low, high
-        assert pack_six(tile_bytes(values, subs, supers)[0], 16) is None
+        tiled = tile_bytes(values, subs, supers)[0]
+        assert pack_six(tiled, 16) is None and cpu_kernels.bytes_to_six(tiled, 16) is None
 
 
 def tiled_linears(rows: int, extremes: bool) -> Callable[[], list[torch.Tensor]]:
