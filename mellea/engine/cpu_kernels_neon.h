@@ -314,10 +314,11 @@ void bytes_tile(const uint8_t* qw, const int8_t* subs, const float* supers, int6
   const uint8_t* w = qw + t * G * 512;
   const int8_t* sb = subs + t * G * P * kRows;
   const float* sp = supers + t * (G / S) * (P - 1) * kRows;
+  const int s_shift = __builtin_ctzll(S);  // S is a power of two (check_bytes)
   for (int64_t g = 0; g < G; ++g, w += 512, sb += P * kRows) {
     for (int line = 0; line < 512; line += 64) __builtin_prefetch(w + 2 * kAhead + line);
     __builtin_prefetch(sb + 8 * P * kRows);  // the scales as far ahead as the weights
-    const float* dp = sp + (g / S) * (P - 1) * kRows;
+    const float* dp = sp + (g >> s_shift) * (P - 1) * kRows;  // g / S
     for (int q = 0; q < 4; ++q) {  // rows 4 q .. 4 q + 3
       int8x16_t wv[8];
       for (int u = 0; u < 8; ++u)
