@@ -376,11 +376,20 @@ def compare_huge_pages(model: str | None, weights: str, batches: list[int], step
     runners = {"plain": plain(), "huge": make_runner(max(batches), 320, 16, weights, model)}
     runners["plain, built last"] = plain()
     print(f"load before: {os.getloadavg()[0]:.2f}, threads: {torch.get_num_threads()}")
+    print_built_twice(runners, "plain", "huge", batches, steps, "huge pages")
+
+
+def print_built_twice(
+    runners: dict[str, ModelRunner], old: str, new: str, batches: list[int], steps: int, what: str
+) -> None:
+    """Time ``runners`` (``old``, ``new`` and ``old`` built again last) taking turns step
+    by step at each batch size; print their ms and ``new``'s speed against the faster
+    of the two ``old`` ones."""
     for b in batches:
         secs = format_steps(runners, make_batch(b, 16), steps)
         cells = [f"{k} {v * 1e3:7.2f} ms" for k, v in secs.items()]
-        ratio = min(secs["plain"], secs["plain, built last"]) / secs["huge"]
-        print(f"batch {b:3d}: " + ", ".join(cells) + f": huge pages {ratio:.3f}x as fast")
+        ratio = min(secs[old], secs[f"{old}, built last"]) / secs[new]
+        print(f"batch {b:3d}: " + ", ".join(cells) + f": {what} {ratio:.3f}x as fast")
 
 
 def compare_six(model: str | None, weights: str, batches: list[int], steps: int) -> None:
@@ -401,11 +410,7 @@ def compare_six(model: str | None, weights: str, batches: list[int], steps: int)
     six = [m for m in runners["six"].model.modules() if getattr(m, "exact", False)]
     held = sum(m.qweight.shape[2] == 6 for m in six)
     print(f"{held} of {len(six)} byte-form layers in six bits; load {os.getloadavg()[0]:.2f}")
-    for b in batches:
-        secs = format_steps(runners, make_batch(b, 16), steps)
-        cells = [f"{k} {v * 1e3:7.2f} ms" for k, v in secs.items()]
-        ratio = min(secs["bytes"], secs["bytes, built last"]) / secs["six"]
-        print(f"batch {b:3d}: " + ", ".join(cells) + f": six bits {ratio:.3f}x as fast")
+    print_built_twice(runners, "bytes", "six", batches, steps, "six bits")
 
 
 def compare_formats(formats: list[str], batches: list[int], steps: int) -> None:
