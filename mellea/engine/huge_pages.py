@@ -3,10 +3,10 @@
 A decode step reads every weight once, from memory: with 4 KiB pages that is a page
 walk every 4 KiB. Where the kernel's transparent huge pages are set to ``madvise``
 (this machine's setting, and the default of several distributions), memory gets 2 MiB
-pages only where ``madvise(MADV_HUGEPAGE)`` asks. Moving the built weights into such
-memory made a batch-1 step of the 1.7B-shaped Q4_K_M file 1.05-1.09x as fast (one
-thread, the two models taking turns; benchmarks/README.md). llama.cpp maps the file,
-whose page-cache pages come in large folios.
+pages only where ``madvise(MADV_HUGEPAGE)`` asks, and only in private memory. Moving
+the built weights into such memory made a batch-1 step of the 1.7B-shaped Q4_K_M file
+1.00-1.08x as fast (two threads, the models taking turns; benchmarks/README.md).
+llama.cpp maps the file, whose page-cache pages come in large folios.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def huge_page_tensor(like: torch.Tensor) -> torch.Tensor:
     """An empty CPU tensor of ``like``'s dtype and shape in an anonymous mapping advised
     for huge pages, its start 2 MiB aligned (the mapping lives as long as the tensor)."""
     size = like.numel() * like.element_size()
-    region = mmap.mmap(-1, size + HUGE_PAGE)
+    # Private: Python's default for an anonymous map is MAP_SHARED, which is shmem,
+    # whose huge pages follow shmem_enabled (usually never), not MADV_HUGEPAGE.
+    region = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     region.madvise(mmap.MADV_HUGEPAGE)
     raw = torch.frombuffer(region, dtype=torch.uint8)  # holds the mapping
     start = -raw.data_ptr() % HUGE_PAGE

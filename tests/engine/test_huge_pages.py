@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -68,3 +70,34 @@ def test_nothing_moves_where_the_kernel_gives_no_huge_pages(monkeypatch):
     pointer = model.packed.data_ptr()
     assert move_to_huge_pages(model) == 0
     assert model.packed.data_ptr() == pointer
+
+
+def mapping_of(address: int) -> tuple[str, dict[str, str]]:
+    """The permissions and the smaps fields of this process's mapping holding
+    ``address``."""
+    perms, fields, inside = "", {}, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+                start, end = (int(x, 16) for x in head[0].split("-"))
+                if inside:
+                    break
+                inside = start <= address < end
+                perms = head[1]
+            elif inside and ":" in head[0]:
+                fields[head[0].rstrip(":")] = head[1]
+    return perms, fields
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="/proc/self/smaps is Linux's")
+def test_huge_page_memory_is_private_and_eligible_for_huge_pages():
+    """Shared anonymous memory (Python's default for mmap(-1, ...)) is shmem, whose huge
+    pages follow shmem_enabled, not MADV_HUGEPAGE: the weights must sit in private
+    memory, which the advice makes eligible."""
+    tensor = huge_pages.huge_page_tensor(torch.empty(3 << 20, dtype=torch.uint8))
+    tensor.fill_(1)
+    perms, fields = mapping_of(tensor.data_ptr())
+    assert perms.endswith("p"), perms  # private, not shared
+    if thp_mode() != "never" and "THPeligible" in fields:
+        assert fields["THPeligible"] == "1"
