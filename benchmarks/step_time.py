@@ -394,7 +394,7 @@ def print_built_twice(
 
 def compare_six(model: str | None, weights: str, batches: list[int], steps: int) -> None:
     """Print ms per step of ``model`` (a GGUF) with the byte-form layers whose values fit
-    6 bits (Q6_K's) in the six-bit form (what the loader does, ``quant.pack_six``) and
+    6 bits (Q6_K's) in the six-bit form (what the loader does, ``cpu_kernels.bytes_to_six``) and
     in the byte form, built in turn (the byte form first, then again last) and taking
     turns step by step."""
     from unittest import mock
