@@ -36,6 +36,7 @@ from mellea.engine.output import DeltaBuilder, eos_token_ids
 from mellea.engine.scheduler import Scheduler
 from mellea.engine.sequence import Sequence
 from mellea.engine.stats import StepTimes, engine_stats
+from mellea.engine.tokenizer import load_tokenizer
 from mellea.engine.types import FinishReason, RequestOutput, SamplingParams
 from mellea.engine.validation import check_engine_sizes
 
@@ -154,8 +155,6 @@ class Engine:
         dtype: str | torch.dtype | None = None,
         device: str | None = None,
     ) -> None:
-        from transformers import AutoTokenizer
-
         check_engine_sizes(block_size, max_num_seqs, max_num_batched_tokens)
         resolved = locate_model(model)  # as it is when the caller resolved it already
         path = resolved.path
@@ -191,7 +190,7 @@ class Engine:
         # Read while the engine thread builds the model: most of it is file reading and
         # Rust (tokenizers), so it overlaps the build rather than following it.
         try:
-            self._tokenizer = AutoTokenizer.from_pretrained(path)
+            self._tokenizer = load_tokenizer(path)
         except BaseException as exc:
             self._built.wait()
             if self._build_error is not None:  # the model's error says more (e.g. its type)
