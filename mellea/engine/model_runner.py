@@ -78,11 +78,13 @@ class ModelRunner:
         # On CPU, how many threads a step takes, by what is fast here now (cpu_threads);
         # EngineCore.execute runs each step through it.
         from mellea.engine.cpu_threads import ThreadTuner, single_threaded
-        from mellea.engine.huge_pages import move_to_huge_pages
+        from mellea.engine.huge_pages import HugePageMover
 
-        self.threads = ThreadTuner() if cfg.device.type == "cpu" else None
-        loading = single_threaded() if cfg.device.type == "cpu" else contextlib.nullcontext()
-        with loading:  # the tuner sets the serving count before the first step
+        cpu = cfg.device.type == "cpu"
+        self.threads = ThreadTuner() if cpu else None
+        loading = single_threaded() if cpu else contextlib.nullcontext()
+        # On CPU, each layer moves into huge pages while the next ones are built.
+        with loading, HugePageMover() as mover:  # the tuner sets the serving count later
             self.model = build_model(
                 model_cfg,
                 cfg.model_path,
@@ -91,10 +93,11 @@ class ModelRunner:
                 cfg.device,
                 cfg.compute_path,
                 cfg.weights,
+                mover.submit if cpu else None,
             )
-            if cfg.device.type == "cpu":  # bf16 or int8 weights under the fp32 forward pass
+            if cpu:  # bf16 or int8 weights under the fp32 forward pass
                 convert_weights(self.model, cfg.weights)
-                move_to_huge_pages(self.model)  # before the fused plan holds them
+                mover.finish(self.model)  # before the fused plan holds the weights
             # The load's freed temporaries, which the tuned heap keeps (0.25 GB after a
             # 1.7B model); trimming while loading instead cost twice the CPU time in
             # page faults and lowered the peak by nothing measurable.

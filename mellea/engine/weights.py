@@ -16,7 +16,7 @@ which sends the model to the transformers fallback.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -262,11 +262,14 @@ def load_weights(
     device: torch.device | None = None,
     fmt: str = "float32",
     qkv_rows: torch.Tensor | None = None,
+    built: Callable[[nn.Module], None] | None = None,
 ) -> None:
     """Fill ``model`` (built on the meta device; placed on ``device`` here) from the
     checkpoint in ``model_dir``, its linear layers (all but an untied LM head) built in
     the weight format ``fmt`` (see :mod:`mellea.engine.quant`; on CPU). ``qkv_rows``
     reorders the first rows of each fused q/k/v projection (the CPU path's rotary order).
+    ``built`` is handed each linear layer as it is built and put in place (e.g.
+    :meth:`~mellea.engine.huge_pages.HugePageMover.submit`).
     """
     from mellea.engine.quant import Int4Linear, Int8Linear, linear_layer
 
@@ -332,7 +335,10 @@ def load_weights(
                 job.pieces.setdefault(kind, []).append((first, piece))
                 job.rows[kind] = job.rows.get(kind, 0) + expected[0]
                 if job.complete():
-                    model.set_submodule(module_name, build(module_name, pending.pop(module_name)))
+                    layer = build(module_name, pending.pop(module_name))
+                    model.set_submodule(module_name, layer)
+                    if built is not None:
+                        built(layer)
                     for _, done in (p for pieces in job.pieces.values() for p in pieces):
                         if hasattr(done, "release"):
                             done.release()  # the file's pages read again to build it

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 import torch
 from torch import nn
 
 from mellea.engine import huge_pages
-from mellea.engine.huge_pages import HUGE_PAGE, move_to_huge_pages, thp_mode
+from mellea.engine.huge_pages import HUGE_PAGE, HugePageMover, move_to_huge_pages, thp_mode
 
 
 @pytest.mark.parametrize(
@@ -101,3 +102,77 @@ def test_huge_page_memory_is_private_and_eligible_for_huge_pages():
     assert perms.endswith("p"), perms  # private, not shared
     if thp_mode() != "never" and "THPeligible" in fields:
         assert fields["THPeligible"] == "1"
+
+
+class Layers(nn.Module):
+    """A stand-in for a loaded model: layers built one by one, then a tied head."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(1024, 1024) for _ in range(count))  # 4 MiB
+        self.embed = nn.Embedding(1024, 1024)
+        self.head = nn.Linear(1024, 1024, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def test_submitted_layers_move_on_the_movers_thread_and_finish_moves_the_rest(monkeypatch):
+    monkeypatch.setattr(huge_pages, "thp_mode", lambda: "madvise")
+    model = Layers(5)
+    before = {name: t.clone() for name, t in model.state_dict().items()}
+    threads: set[str] = set()
+    copy = huge_pages._copy_bytes
+
+    def recording(dest, source):
+        threads.add(threading.current_thread().name)
+        copy(dest, source)
+
+    monkeypatch.setattr(huge_pages, "_copy_bytes", recording)
+    with HugePageMover() as mover:
+        for layer in model.layers:
+            mover.submit(layer)
+        moved = mover.finish(model)
+    assert moved == 6 * (4 << 20)  # five layers' weights and the tied table once
+    assert threads == {"mellea-huge-pages", threading.current_thread().name}
+    assert not any(t.name == "mellea-huge-pages" for t in threading.enumerate())
+    after = model.state_dict()
+    for name, tensor in after.items():
+        assert torch.equal(tensor, before[name]), name
+        if tensor.numel() * tensor.element_size() >= HUGE_PAGE:
+            assert tensor.data_ptr() % HUGE_PAGE == 0, name
+    assert model.head.weight is model.embed.weight
+    assert all(isinstance(layer.weight, nn.Parameter) for layer in model.layers)
+
+
+def test_a_failure_on_the_movers_thread_is_raised_by_finish(monkeypatch):
+    monkeypatch.setattr(huge_pages, "thp_mode", lambda: "madvise")
+
+    def broken(dest, source):
+        raise MemoryError("no huge pages")
+
+    monkeypatch.setattr(huge_pages, "_copy_bytes", broken)
+    model = Layers(2)
+    mover = HugePageMover()
+    mover.submit(model.layers[0])
+    with pytest.raises(MemoryError):
+        mover.finish(model)
+    assert not any(t.name == "mellea-huge-pages" for t in threading.enumerate())
+
+
+def test_a_failed_load_stops_the_movers_thread(monkeypatch):
+    monkeypatch.setattr(huge_pages, "thp_mode", lambda: "madvise")
+    model = Layers(2)
+    with pytest.raises(RuntimeError), HugePageMover() as mover:
+        mover.submit(model.layers[0])
+        raise RuntimeError("the checkpoint is short")
+    assert not any(t.name == "mellea-huge-pages" for t in threading.enumerate())
+
+
+def test_without_huge_pages_the_mover_starts_no_thread(monkeypatch):
+    monkeypatch.setattr(huge_pages, "thp_mode", lambda: "never")
+    model = Layers(2)
+    pointer = model.layers[0].weight.data_ptr()
+    with HugePageMover() as mover:
+        mover.submit(model.layers[0])
+        assert mover._thread is None
+        assert mover.finish(model) == 0
+    assert model.layers[0].weight.data_ptr() == pointer
