@@ -69,23 +69,26 @@ def _fp16(block: np.ndarray, start: int) -> np.ndarray:
 
 def to_int4(raw: np.ndarray, qtype: GGMLQuantizationType) -> Int4Groups:
     """A Q4_0, Q4_1 or Q4_K tensor's bytes [rows, row bytes] as int4 groups."""
-    b = blocks(raw, qtype)
-    rows = b.shape[0]
-    if qtype == GGMLQuantizationType.Q4_0:
-        scales = _fp16(b, 0)
-        mins = (scales.astype(np.float32) * -8).astype(np.float16)
-        packed = b[..., 2:]
-    elif qtype == GGMLQuantizationType.Q4_1:
-        scales, mins, packed = _fp16(b, 0), _fp16(b, 2), b[..., 4:]
-    elif qtype == GGMLQuantizationType.Q4_K:
-        return _q4_k_to_int4(b)
-    else:
+    if qtype == GGMLQuantizationType.Q4_K:
+        return _q4_k_to_int4(blocks(raw, qtype))
+    if qtype not in _Q4_FIELDS:
         raise ValueError(f"{qtype.name} is not a 4-bit block format")
-    return Int4Groups(
-        np.ascontiguousarray(packed).reshape(rows, -1),
-        np.ascontiguousarray(scales),
-        np.ascontiguousarray(mins),
-    )
+    # The blocks as records: numpy gathers each field with a copy loop of its own
+    # item size (half the time of slicing bytes out of [..., block bytes]).
+    fields = np.ascontiguousarray(raw).view(_Q4_FIELDS[qtype])
+    scales = np.ascontiguousarray(fields["d"])
+    if qtype == GGMLQuantizationType.Q4_0:
+        mins = (scales.astype(np.float32) * -8).astype(np.float16)
+    else:
+        mins = np.ascontiguousarray(fields["m"])
+    return Int4Groups(np.ascontiguousarray(fields["q"]).reshape(raw.shape[0], -1), scales, mins)
+
+
+# Q4_0's and Q4_1's blocks of 32 weights: fp16 d (and m), then 16 bytes of nibbles.
+_Q4_FIELDS = {
+    GGMLQuantizationType.Q4_0: np.dtype([("d", "<f2"), ("q", "u1", (16,))]),
+    GGMLQuantizationType.Q4_1: np.dtype([("d", "<f2"), ("m", "<f2"), ("q", "u1", (16,))]),
+}
 
 
 def _q4_k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
