@@ -924,12 +924,13 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
 // nibbles (u8, <= 15) times the parts (s8, |.| <= 127) by vpmaddubsw: a pair sums to at
 // most 3810 and all 8 parts' pairs to 30480, so they add up in int16 before one
 // vpmaddwd widens them; the dot products are the AVX-512 build's exactly.
-// Above one row, each half runs over all groups before the other half: with both halves
-// in one pass the compiler kept each row's 16 activation words for the second half in
-// scalar spills on the stack, and the pass ran at 33 G multiply-adds/s a core against
-// 43 this way (2048 x 2048, 4-32 rows, one thread); the second pass finds the tile's
-// weights in cache. One row is bound by reading the weights, so it takes both halves in
-// one pass (two passes: 4.5-5.3 against 3.4-3.7 ms for 49152 x 2048).
+// Above one row, each half runs over all groups before the other half (int4_half_rows):
+// with both halves in one pass the compiler kept each row's 16 activation words for the
+// second half in scalar spills on the stack, and the pass ran at 33 G multiply-adds/s a
+// core against 43 this way (2048 x 2048, 4-32 rows, one thread); the second pass finds
+// the tile's weights in cache. One row is bound by reading the weights, so it takes both
+// halves in one pass (int4_halves; two passes: 4.5-5.3 against 3.4-3.7 ms for 49152 x
+// 2048).
 // The scale and min of rows [8 half, 8 half + 8) of tile t's groups, asked for in order
 // of g (also by the VNNI-256 tiles of cpu_kernels_vnni256.inc): Q4_K's d and -dmin are
 // widened once per block of 8 groups.
@@ -990,7 +991,8 @@ void form_q4k_factors(const Q4KScales& s, int64_t t, int64_t G, float* dm) {
     }
 }
 
-// Halves [H0, H0 + NH) of tile t's rows for MR activation rows, into rows[i][8 h ..].
+// Halves [H0, H0 + NH) of tile t's rows for MR activation rows, into rows[i][8 h ..]
+// (one row, both halves: vnni_tile).
 template <int MR, int H0, int NH, class S>
 void int4_halves(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
                  const float* xsum, int64_t K, int64_t t, float (*rows)[kTile]) {
@@ -1034,6 +1036,55 @@ void int4_halves(const uint8_t* qw, const S& scales, const int8_t* xq, const flo
     for (int h = 0; h < NH; ++h) _mm256_store_ps(rows[i] + 8 * (H0 + h), acc[i][h]);
 }
 
+// Half H of tile t's rows for MR > 1 activation rows, into rows[i][8 H ..]: the same
+// integers and float steps as int4_halves, with each weight vector unpacked just before
+// its products. int4_halves holds a half's 8 unpacked vectors while it runs the rows,
+// which with 4 rows' sums took more than AVX2's 16 vector registers: 86 spills and
+// reloads a group in the compiled loop, and 44 G multiply-adds/s a core at 32 rows
+// (8192 x 2048, Q4_K). Here a row's two sums are the only per-row registers, and the
+// float accumulators stay in rows[] (L1) between groups.
+template <int MR, int H, class S>
+void int4_half_rows(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
+                    const float* xsum, int64_t K, int64_t t, float (*rows)[kTile]) {
+  const int64_t G = K / 32;
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int i = 0; i < MR; ++i) _mm256_store_ps(rows[i] + 8 * H, _mm256_setzero_ps());
+  const uint8_t* w = qw + t * G * 256 + 32 * H;
+  Scales8<S> factors{scales, t, G};
+  for (int64_t g = 0; g < G; ++g, w += 256) {
+    for (int line = 0; line < 256; line += 64) prefetch(w - 32 * H + kPrefetch + line);
+    const int8_t* x = xq + g * 32;
+    __m256i hi[MR], lo[MR];
+    for (int s = 0; s < 4; ++s) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * s));
+      for (int n = 0; n < 2; ++n) {
+        const int u = 2 * s + n;
+        const __m256i wv = _mm256_and_si256(n == 0 ? v : _mm256_srli_epi16(v, 4), low);
+        for (int i = 0; i < MR; ++i) {
+          int32_t xh, xl;
+          std::memcpy(&xh, x + i * 2 * K + 4 * u, 4);
+          std::memcpy(&xl, x + i * 2 * K + K + 4 * u, 4);
+          const __m256i ph = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(xh));
+          const __m256i pl = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(xl));
+          hi[i] = u == 0 ? ph : _mm256_add_epi16(hi[i], ph);
+          lo[i] = u == 0 ? pl : _mm256_add_epi16(lo[i], pl);
+        }
+      }
+    }
+    __m256 d, m;
+    factors.load(g, H, d, m);
+    for (int i = 0; i < MR; ++i) {
+      const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(hi[i], _mm256_set1_epi16(256)),
+                                           _mm256_madd_epi16(lo[i], ones));
+      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xscale[i * G + g]));
+      __m256 acc = _mm256_load_ps(rows[i] + 8 * H);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
+      acc = _mm256_fmadd_ps(m, _mm256_set1_ps(xsum[i * G + g]), acc);
+      _mm256_store_ps(rows[i] + 8 * H, acc);
+    }
+  }
+}
+
 template <int MR, class S>
 void vnni_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
                const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
@@ -1041,8 +1092,8 @@ void vnni_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float
   if constexpr (MR == 1) {
     int4_halves<MR, 0, 2>(qw, scales, xq, xscale, xsum, K, t, rows);
   } else {
-    int4_halves<MR, 0, 1>(qw, scales, xq, xscale, xsum, K, t, rows);
-    int4_halves<MR, 1, 1>(qw, scales, xq, xscale, xsum, K, t, rows);
+    int4_half_rows<MR, 0>(qw, scales, xq, xscale, xsum, K, t, rows);
+    int4_half_rows<MR, 1>(qw, scales, xq, xscale, xsum, K, t, rows);
   }
   const int64_t n0 = t * kTile, valid = std::min<int64_t>(kTile, N - n0);
   for (int i = 0; i < MR; ++i) std::copy(rows[i], rows[i] + valid, out + i * N + n0);
