@@ -929,8 +929,8 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
 // second half in scalar spills on the stack, and the pass ran at 33 G multiply-adds/s a
 // core against 43 this way (2048 x 2048, 4-32 rows, one thread); the second pass finds
 // the tile's weights in cache. One row is bound by reading the weights, so it takes both
-// halves in one pass (int4_halves; two passes: 4.5-5.3 against 3.4-3.7 ms for 49152 x
-// 2048).
+// halves in one pass (int4_one_row; two passes: 4.5-5.3 against 3.4-3.7 ms for 49152
+// x 2048).
 // The scale and min of rows [8 half, 8 half + 8) of tile t's groups, asked for in order
 // of g (also by the VNNI-256 tiles of cpu_kernels_vnni256.inc): Q4_K's d and -dmin are
 // widened once per block of 8 groups.
@@ -991,58 +991,13 @@ void form_q4k_factors(const Q4KScales& s, int64_t t, int64_t G, float* dm) {
     }
 }
 
-// Halves [H0, H0 + NH) of tile t's rows for MR activation rows, into rows[i][8 h ..]
-// (one row, both halves: vnni_tile).
-template <int MR, int H0, int NH, class S>
-void int4_halves(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
-                 const float* xsum, int64_t K, int64_t t, float (*rows)[kTile]) {
-  const int64_t G = K / 32;
-  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  __m256 acc[MR][NH];
-  for (int i = 0; i < MR; ++i)
-    for (int h = 0; h < NH; ++h) acc[i][h] = _mm256_setzero_ps();
-  const uint8_t* w = qw + t * G * 256;
-  Scales8<S> factors{scales, t, G};
-  for (int64_t g = 0; g < G; ++g, w += 256) {
-    for (int line = 0; line < 256; line += 64) prefetch(w + kPrefetch + line);
-    for (int h = 0; h < NH; ++h) {
-      const int half = H0 + h;
-      __m256i wv[8];
-      for (int s = 0; s < 4; ++s) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * s + 32 * half));
-        wv[2 * s] = _mm256_and_si256(v, low);
-        wv[2 * s + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-      }
-      __m256 d, m;
-      factors.load(g, half, d, m);
-      for (int i = 0; i < MR; ++i) {
-        const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
-        const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
-        __m256i hi = _mm256_maddubs_epi16(wv[0], _mm256_set1_epi32(xh[0]));
-        __m256i lo = _mm256_maddubs_epi16(wv[0], _mm256_set1_epi32(xl[0]));
-        for (int u = 1; u < 8; ++u) {
-          hi = _mm256_add_epi16(hi, _mm256_maddubs_epi16(wv[u], _mm256_set1_epi32(xh[u])));
-          lo = _mm256_add_epi16(lo, _mm256_maddubs_epi16(wv[u], _mm256_set1_epi32(xl[u])));
-        }
-        const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(hi, _mm256_set1_epi16(256)),
-                                             _mm256_madd_epi16(lo, ones));
-        const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xscale[i * G + g]));
-        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[i][h]);
-        acc[i][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(xsum[i * G + g]), acc[i][h]);
-      }
-    }
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int h = 0; h < NH; ++h) _mm256_store_ps(rows[i] + 8 * (H0 + h), acc[i][h]);
-}
-
-// Half H of tile t's rows for MR > 1 activation rows, into rows[i][8 H ..]: the same
-// integers and float steps as int4_halves, with each weight vector unpacked just before
-// its products. int4_halves holds a half's 8 unpacked vectors while it runs the rows,
-// which with 4 rows' sums took more than AVX2's 16 vector registers: 86 spills and
-// reloads a group in the compiled loop, and 44 G multiply-adds/s a core at 32 rows
-// (8192 x 2048, Q4_K). Here a row's two sums are the only per-row registers, and the
-// float accumulators stay in rows[] (L1) between groups.
+// Half H of tile t's rows for MR > 1 activation rows, into rows[i][8 H ..], each weight
+// vector unpacked just before its products. Unpacking a half's 8 vectors first and then
+// running the rows (as the VNNI tiles do) took, with 4 rows' sums, more than AVX2's 16
+// vector registers: 86 spills and reloads a group in the compiled loop, and 37-41 G
+// multiply-adds/s a core against 47-49 this way (8192 x 2048 Q4_K, 4-32 rows, one
+// thread). A row's two sums are its only registers; the float accumulators stay in
+// rows[] (L1) between groups.
 template <int MR, int H, class S>
 void int4_half_rows(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
                     const float* xsum, int64_t K, int64_t t, float (*rows)[kTile]) {
@@ -1085,12 +1040,61 @@ void int4_half_rows(const uint8_t* qw, const S& scales, const int8_t* xq, const 
   }
 }
 
+// Both halves of tile t's rows for one activation row, into row[0 .. 16): each of the
+// row's activation words is broadcast once and meets both halves' weights at once. Run
+// half after half, the compiler kept the first half's 16 broadcasts for the second in
+// stack spills (16 stores and 16 reloads a group): 30-34 against 37-39 G multiply-adds/s
+// a core from cache (8192 x 2048, one thread), 1.00-1.07x as fast from memory (2 threads).
+template <class S>
+void int4_one_row(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
+                  const float* xsum, int64_t K, int64_t t, float* row) {
+  const int64_t G = K / 32;
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  const uint8_t* w = qw + t * G * 256;
+  Scales8<S> factors{scales, t, G};
+  for (int64_t g = 0; g < G; ++g, w += 256) {
+    for (int line = 0; line < 256; line += 64) prefetch(w + kPrefetch + line);
+    const int8_t* x = xq + g * 32;
+    __m256i hi[2], lo[2];
+    for (int s = 0; s < 4; ++s) {
+      const __m256i v[2] = {
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * s)),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * s + 32))};
+      for (int n = 0; n < 2; ++n) {
+        const int u = 2 * s + n;
+        int32_t xh, xl;
+        std::memcpy(&xh, x + 4 * u, 4);
+        std::memcpy(&xl, x + K + 4 * u, 4);
+        const __m256i bh = _mm256_set1_epi32(xh), bl = _mm256_set1_epi32(xl);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i wv = _mm256_and_si256(n == 0 ? v[h] : _mm256_srli_epi16(v[h], 4), low);
+          const __m256i ph = _mm256_maddubs_epi16(wv, bh), pl = _mm256_maddubs_epi16(wv, bl);
+          hi[h] = u == 0 ? ph : _mm256_add_epi16(hi[h], ph);
+          lo[h] = u == 0 ? pl : _mm256_add_epi16(lo[h], pl);
+        }
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      __m256 d, m;
+      factors.load(g, h, d, m);
+      const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(hi[h], _mm256_set1_epi16(256)),
+                                           _mm256_madd_epi16(lo[h], ones));
+      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xscale[g]));
+      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[h]);
+      acc[h] = _mm256_fmadd_ps(m, _mm256_set1_ps(xsum[g]), acc[h]);
+    }
+  }
+  _mm256_storeu_ps(row, acc[0]);
+  _mm256_storeu_ps(row + 8, acc[1]);
+}
+
 template <int MR, class S>
 void vnni_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
                const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
   alignas(32) float rows[MR][kTile];
   if constexpr (MR == 1) {
-    int4_halves<MR, 0, 2>(qw, scales, xq, xscale, xsum, K, t, rows);
+    int4_one_row(qw, scales, xq, xscale, xsum, K, t, rows[0]);
   } else {
     int4_half_rows<MR, 0>(qw, scales, xq, xscale, xsum, K, t, rows);
     int4_half_rows<MR, 1>(qw, scales, xq, xscale, xsum, K, t, rows);
