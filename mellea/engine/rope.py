@@ -17,6 +17,21 @@ def rope_tables(cfg: ModelConfig, max_positions: int) -> dict[str, torch.Tensor]
     return {kind: _table(cfg, kind, max_positions) for kind in sorted(set(cfg.layer_kinds))}
 
 
+def uses_transformers(cfg: ModelConfig) -> bool:
+    """Whether a layer kind's RoPE is a scaled type, whose frequencies come from
+    transformers (see :func:`import_transformers_rope`)."""
+    return any(params["rope_type"] != "default" for params in cfg.rope.values())
+
+
+def import_transformers_rope() -> None:
+    """Import what a scaled RoPE's table needs from transformers. The engine does it on
+    its own thread before its model-building thread starts, since the main thread goes
+    on to import the tokenizer from transformers meanwhile, and two threads importing a
+    package's modules at once can find one half-initialized (``ImportError``)."""
+    from transformers import AutoConfig  # noqa: F401
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: F401
+
+
 def _table(cfg: ModelConfig, kind: str, max_positions: int) -> torch.Tensor:
     params = cfg.rope[kind]
     if params["rope_type"] == "default":

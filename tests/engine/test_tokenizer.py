@@ -76,3 +76,44 @@ def test_loading_skips_transformers_model_loading_imports() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+ROPE_MODULES = (
+    "import sys\n"
+    "from mellea.engine.engine import _import_from_transformers\n"
+    "cls = _import_from_transformers(__import__('pathlib').Path(sys.argv[1]))\n"
+    "print(cls.__name__, 'transformers.modeling_rope_utils' in sys.modules)\n"
+)
+
+
+@pytest.mark.parametrize(("rope", "imported"), [(None, "False"), ("llama3", "True")])
+def test_the_engine_imports_a_scaled_ropes_functions_before_its_thread(tmp_path, rope, imported):
+    """The engine thread builds a scaled RoPE's table with transformers' functions while
+    the main thread imports the tokenizer from transformers; imported by both at once, a
+    module could be half-initialized (an ImportError a Llama 3 model's first request
+    met). So the main thread imports them first, and only where the model needs them."""
+    source = resolve_model(None)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(source / name, tmp_path / name)
+    config = json.loads((source / "config.json").read_text())
+    if rope:
+        config["rope_parameters"] = {
+            "rope_type": rope,
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", ROPE_MODULES, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        check=True,
+    )
+    name, rope_imported = done.stdout.split()
+    assert name in ("PreTrainedTokenizerFast", "TokenizersBackend")
+    assert rope_imported == imported
