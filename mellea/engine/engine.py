@@ -37,7 +37,7 @@ from mellea.engine.rope import import_transformers_rope, uses_transformers
 from mellea.engine.scheduler import Scheduler
 from mellea.engine.sequence import Sequence
 from mellea.engine.stats import StepTimes, engine_stats
-from mellea.engine.tokenizer import tokenizer_class
+from mellea.engine.tokenizer import load_tokenizer
 from mellea.engine.types import FinishReason, RequestOutput, SamplingParams
 from mellea.engine.validation import check_engine_sizes
 
@@ -142,19 +142,18 @@ class _Request:
     builder: DeltaBuilder
 
 
-def _import_from_transformers(path: Path) -> Any:
-    """Import, on this thread, what building the model at ``path`` and loading its
-    tokenizer take from transformers; returns the tokenizer's class. The engine thread
-    starts next and builds the model while this thread loads the tokenizer: if both
-    imported from transformers at once, one could find a module half-initialized
-    (``ImportError: cannot import name 'AutoConfig'`` for a Llama 3 RoPE)."""
+def _import_for_the_build(path: Path) -> None:
+    """Import on this thread what building the model at ``path`` will import from
+    transformers (a scaled RoPE's functions; most models need nothing). The engine
+    thread builds the model while this thread imports and loads the tokenizer, and two
+    threads importing from transformers at once can find a module half-initialized
+    (``ImportError: cannot import name 'AutoConfig'``, met by a Llama 3 model)."""
     try:
         cfg = ModelConfig.from_dir(path)
     except Exception:  # the engine thread raises it again, as the build's error
-        cfg = None
-    if cfg is not None and uses_transformers(cfg):
-        import_transformers_rope()
-    return tokenizer_class(path)
+        return
+    if uses_transformers(cfg):
+        import_transformers_rope(cfg)
 
 
 class Engine:
@@ -198,7 +197,7 @@ class Engine:
         # which made each decode step ~1.7x slower than when one thread does it all.
         self._built = threading.Event()
         self._build_error: BaseException | None = None
-        tokenizer = _import_from_transformers(path)
+        _import_for_the_build(path)
         self._thread = threading.Thread(
             target=self._main, args=(path, core_options), name="mellea-engine", daemon=True
         )
@@ -207,7 +206,7 @@ class Engine:
         # Read while the engine thread builds the model: most of it is file reading and
         # Rust (tokenizers), so it overlaps the build rather than following it.
         try:
-            self._tokenizer = tokenizer.from_pretrained(path)
+            self._tokenizer = load_tokenizer(path)
         except BaseException as exc:
             self._built.wait()
             if self._build_error is not None:  # the model's error says more (e.g. its type)

@@ -23,13 +23,16 @@ def uses_transformers(cfg: ModelConfig) -> bool:
     return any(params["rope_type"] != "default" for params in cfg.rope.values())
 
 
-def import_transformers_rope() -> None:
-    """Import what a scaled RoPE's table needs from transformers. The engine does it on
-    its own thread before its model-building thread starts, since the main thread goes
-    on to import the tokenizer from transformers meanwhile, and two threads importing a
-    package's modules at once can find one half-initialized (``ImportError``)."""
-    from transformers import AutoConfig  # noqa: F401
+def import_transformers_rope(cfg: ModelConfig) -> None:
+    """Import all that :func:`rope_tables` will import from transformers for ``cfg``
+    (the config class of its model type too). The engine does it before its thread
+    starts building the model, as its own thread then imports the tokenizer from
+    transformers: two threads importing a package's modules at once can find one
+    half-initialized (``ImportError``)."""
+    from transformers import AutoConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: F401
+
+    AutoConfig.for_model(**cfg.hf_config)
 
 
 def _table(cfg: ModelConfig, kind: str, max_positions: int) -> torch.Tensor:

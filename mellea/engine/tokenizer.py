@@ -32,21 +32,13 @@ def plain_tokenizer_class(path: Path) -> bool:
     return named in PLAIN_CLASSES
 
 
-def tokenizer_class(path: str | Path) -> Any:
-    """The class whose ``from_pretrained`` loads the tokenizer of the model directory
-    ``path``, imported now. The engine calls this before its thread starts building the
-    model: that thread may import from transformers too (scaled RoPE's functions), and
-    two threads importing a package's first modules at once can see it half-initialized
-    (``ImportError: cannot import name``)."""
-    if plain_tokenizer_class(Path(path)):
-        from transformers import PreTrainedTokenizerFast
-
-        return PreTrainedTokenizerFast
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer
-
-
 def load_tokenizer(path: str | Path) -> Any:
     """The Hugging Face tokenizer of the model directory ``path``."""
-    return tokenizer_class(path).from_pretrained(Path(path))
+    path = Path(path)
+    if plain_tokenizer_class(path):
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
