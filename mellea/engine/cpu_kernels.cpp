@@ -991,6 +991,17 @@ void form_q4k_factors(const Q4KScales& s, int64_t t, int64_t G, float* dm) {
     }
 }
 
+// One group's term of a half's 8 rows: the int16 sums of the high and low activation
+// parts joined (256 hi + lo, widened by vpmaddwd), scaled by the weights' factor and the
+// activations' step, plus the minimum times the activations' sum (both tiles below).
+inline __m256 add_group(__m256 acc, __m256i hi, __m256i lo, __m256 d, __m256 m, float step,
+                        float sum) {
+  const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(hi, _mm256_set1_epi16(256)),
+                                       _mm256_madd_epi16(lo, _mm256_set1_epi16(1)));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(step)), acc);
+  return _mm256_fmadd_ps(m, _mm256_set1_ps(sum), acc);
+}
+
 // Half H of tile t's rows for MR > 1 activation rows, into rows[i][8 H ..], each weight
 // vector unpacked just before its products. Unpacking a half's 8 vectors first and then
 // running the rows (as the VNNI tiles do) took, with 4 rows' sums, more than AVX2's 16
@@ -1002,16 +1013,16 @@ template <int MR, int H, class S>
 void int4_half_rows(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
                     const float* xsum, int64_t K, int64_t t, float (*rows)[kTile]) {
   const int64_t G = K / 32;
-  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i low = _mm256_set1_epi8(0x0F);
   for (int i = 0; i < MR; ++i) _mm256_store_ps(rows[i] + 8 * H, _mm256_setzero_ps());
-  const uint8_t* w = qw + t * G * 256 + 32 * H;
+  const uint8_t* w = qw + t * G * 256;
   Scales8<S> factors{scales, t, G};
   for (int64_t g = 0; g < G; ++g, w += 256) {
-    for (int line = 0; line < 256; line += 64) prefetch(w - 32 * H + kPrefetch + line);
+    for (int line = 0; line < 256; line += 64) prefetch(w + kPrefetch + line);
     const int8_t* x = xq + g * 32;
     __m256i hi[MR], lo[MR];
     for (int s = 0; s < 4; ++s) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * s));
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 64 * s + 32 * H));
       for (int n = 0; n < 2; ++n) {
         const int u = 2 * s + n;
         const __m256i wv = _mm256_and_si256(n == 0 ? v : _mm256_srli_epi16(v, 4), low);
@@ -1028,15 +1039,9 @@ void int4_half_rows(const uint8_t* qw, const S& scales, const int8_t* xq, const 
     }
     __m256 d, m;
     factors.load(g, H, d, m);
-    for (int i = 0; i < MR; ++i) {
-      const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(hi[i], _mm256_set1_epi16(256)),
-                                           _mm256_madd_epi16(lo[i], ones));
-      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xscale[i * G + g]));
-      __m256 acc = _mm256_load_ps(rows[i] + 8 * H);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
-      acc = _mm256_fmadd_ps(m, _mm256_set1_ps(xsum[i * G + g]), acc);
-      _mm256_store_ps(rows[i] + 8 * H, acc);
-    }
+    for (int i = 0; i < MR; ++i)
+      _mm256_store_ps(rows[i] + 8 * H, add_group(_mm256_load_ps(rows[i] + 8 * H), hi[i], lo[i], d,
+                                                 m, xscale[i * G + g], xsum[i * G + g]));
   }
 }
 
@@ -1049,7 +1054,7 @@ template <class S>
 void int4_one_row(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
                   const float* xsum, int64_t K, int64_t t, float* row) {
   const int64_t G = K / 32;
-  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const __m256i low = _mm256_set1_epi8(0x0F);
   __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
   const uint8_t* w = qw + t * G * 256;
   Scales8<S> factors{scales, t, G};
@@ -1078,11 +1083,7 @@ void int4_one_row(const uint8_t* qw, const S& scales, const int8_t* xq, const fl
     for (int h = 0; h < 2; ++h) {
       __m256 d, m;
       factors.load(g, h, d, m);
-      const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(hi[h], _mm256_set1_epi16(256)),
-                                           _mm256_madd_epi16(lo[h], ones));
-      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xscale[g]));
-      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[h]);
-      acc[h] = _mm256_fmadd_ps(m, _mm256_set1_ps(xsum[g]), acc[h]);
+      acc[h] = add_group(acc[h], hi[h], lo[h], d, m, xscale[g], xsum[g]);
     }
   }
   _mm256_storeu_ps(row, acc[0]);
