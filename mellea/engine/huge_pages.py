@@ -105,7 +105,8 @@ class HugePageMover:
         if self.enabled:
             self._move(model, trim=True)
             trim_malloc()
-        self._kept.clear()
+        self._kept.clear()  # the model holds them now; their addresses are no longer ours
+        self._huge.clear()
         return self.moved
 
     def stop(self) -> None:
