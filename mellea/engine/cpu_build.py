@@ -32,6 +32,7 @@ INCLUDED = [
         "cpu_kernels_bytes.inc",
         "cpu_kernels_bytes256.inc",
         "cpu_kernels_bytes_dequant.h",
+        "cpu_kernels_layout.h",
     )
 ]
 PREBUILT_DIR = Path(__file__).with_name("_cpu_ext")

@@ -12,6 +12,7 @@
 #include "cpu_kernels_neon.h"
 #endif
 #include "cpu_kernels_bytes_dequant.h"
+#include "cpu_kernels_layout.h"
 #include <cmath>
 #include <omp.h>
 #include <tuple>
@@ -38,6 +39,9 @@
 #endif
 
 namespace {
+
+using mellea_layout::xq_lo;
+using mellea_layout::xq_row;
 
 template <typename T>
 inline const float* as_float(const T* src, float* buf, int64_t n) {
@@ -693,7 +697,8 @@ inline std::pair<float, float> group_scales(const Q4KScales& s, int64_t t, int64
 #if defined(MELLEA_AVX512)
 // Each row's groups of 32 in two int8 parts, x ~= step * (256 hi + lo): hi rounds x to
 // 255 levels of the group's |x| max, lo the remainder to 1/256 of hi's step, so the
-// activations keep about 16 bits. xq [M, 2, K] (hi, then lo), step and xsum [M, G].
+// activations keep about 16 bits. xq: each row's hi parts, then its lo parts
+// (cpu_kernels_layout.h); step and xsum [M, G].
 void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, float* step,
                           float* xsum) {
   const int64_t G = K / 32;
@@ -702,8 +707,8 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
     for (int64_t g = 0; g < G; ++g) {
       const int64_t i = r * G + g;
       const float* v = x + i * 32;
-      int8_t* hi = xq + r * 2 * K + g * 32;
-      int8_t* lo = hi + K;
+      int8_t* hi = xq + r * xq_row(K) + g * 32;
+      int8_t* lo = hi + xq_lo(K);
       const __m512 a = _mm512_loadu_ps(v), b = _mm512_loadu_ps(v + 16);
       const float top = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
       xsum[i] = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
@@ -807,8 +812,8 @@ void vnni_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float
     __m512 d, m;
     factors.load(g, d, m);
     for (int i = 0; i < MR; ++i) {
-      const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
-      const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
+      const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * xq_row(K) + g * 32);
+      const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * xq_row(K) + xq_lo(K) + g * 32);
       __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
       for (int u = 0; u < 8; ++u) {
         hi = _mm512_dpbusd_epi32(hi, wv[u], _mm512_set1_epi32(xh[u]));
@@ -847,8 +852,8 @@ void vnni8_tile(const int8_t* qw, const int32_t* wsum, const float* wscale, cons
     const __m512i bias = _mm512_mullo_epi32(
         _mm512_loadu_si512(wsum + (t * G + g) * kTile), shift);
     for (int i = 0; i < MR; ++i) {
-      const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * 2 * K + g * 32);
-      const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * 2 * K + K + g * 32);
+      const int32_t* xh = reinterpret_cast<const int32_t*>(xq + i * xq_row(K) + g * 32);
+      const int32_t* xl = reinterpret_cast<const int32_t*>(xq + i * xq_row(K) + xq_lo(K) + g * 32);
       __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
       for (int u = 0; u < 8; ++u) {  // xor 0x80 in each byte: s8 + 128 as u8
         hi = _mm512_dpbusd_epi32(hi, _mm512_set1_epi32(xh[u] ^ 0x80808080), wv[u]);
@@ -887,8 +892,8 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
     for (int64_t g = 0; g < G; ++g) {
       const int64_t i = r * G + g;
       const float* v = x + i * 32;
-      int8_t* hi = xq + r * 2 * K + g * 32;
-      int8_t* lo = hi + K;
+      int8_t* hi = xq + r * xq_row(K) + g * 32;
+      int8_t* lo = hi + xq_lo(K);
       __m256 xv[4];
       for (int j = 0; j < 4; ++j) xv[j] = _mm256_loadu_ps(v + 8 * j);
       const __m256 top8 = _mm256_max_ps(
@@ -1028,8 +1033,8 @@ void int4_half_rows(const uint8_t* qw, const S& scales, const int8_t* xq, const 
         const __m256i wv = _mm256_and_si256(n == 0 ? v : _mm256_srli_epi16(v, 4), low);
         for (int i = 0; i < MR; ++i) {
           int32_t xh, xl;
-          std::memcpy(&xh, x + i * 2 * K + 4 * u, 4);
-          std::memcpy(&xl, x + i * 2 * K + K + 4 * u, 4);
+          std::memcpy(&xh, x + i * xq_row(K) + 4 * u, 4);
+          std::memcpy(&xl, x + i * xq_row(K) + xq_lo(K) + 4 * u, 4);
           const __m256i ph = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(xh));
           const __m256i pl = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(xl));
           hi[i] = u == 0 ? ph : _mm256_add_epi16(hi[i], ph);
@@ -1070,7 +1075,7 @@ void int4_one_row(const uint8_t* qw, const S& scales, const int8_t* xq, const fl
         const int u = 2 * s + n;
         int32_t xh, xl;
         std::memcpy(&xh, x + 4 * u, 4);
-        std::memcpy(&xl, x + K + 4 * u, 4);
+        std::memcpy(&xl, x + xq_lo(K) + 4 * u, 4);
         const __m256i bh = _mm256_set1_epi32(xh), bl = _mm256_set1_epi32(xl);
         for (int h = 0; h < 2; ++h) {
           const __m256i wv = _mm256_and_si256(n == 0 ? v[h] : _mm256_srli_epi16(v[h], 4), low);
@@ -1134,9 +1139,9 @@ void vnni8_tile(const int8_t* qw, const int32_t*, const float* wscale, const int
                                reinterpret_cast<const __m128i*>(w + 64 * u + 16 * q))));
     for (int i = 0; i < MR; ++i)
       for (int h = 0; h < 2; ++h) {
-        const int8_t* xh = xq + i * 2 * K + g * 32 + 16 * h;
+        const int8_t* xh = xq + i * xq_row(K) + g * 32 + 16 * h;
         const __m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xh)));
-        const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xh + K)));
+        const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xh + xq_lo(K))));
         _mm256_store_si256(reinterpret_cast<__m256i*>(joined[i] + 16 * h),
                            _mm256_add_epi16(_mm256_slli_epi16(hi, 8), lo));
       }
@@ -1200,12 +1205,12 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t g = 0; g < G; ++g) {
       const int64_t i = r * G + g;
-      int8_t* hi = xq + r * 2 * K + g * 32;
+      int8_t* hi = xq + r * xq_row(K) + g * 32;
       float top;
       mellea_neon::group_top_and_sum(x + i * 32, &top, &xsum[i]);
       const GroupSteps gs(top);
       step[i] = gs.unit / 256.f;
-      mellea_neon::split_group(x + i * 32, gs.unit, gs.inv, gs.inv_lo, hi, hi + K);
+      mellea_neon::split_group(x + i * 32, gs.unit, gs.inv, gs.inv_lo, hi, hi + xq_lo(K));
     }
 }
 
@@ -1247,8 +1252,8 @@ void quantize_activations(const float* x, int64_t rows, int64_t K, int8_t* xq, f
     for (int64_t g = 0; g < G; ++g) {
       const int64_t i = r * G + g;
       const float* v = x + i * 32;
-      int8_t* hi = xq + r * 2 * K + g * 32;
-      int8_t* lo = hi + K;
+      int8_t* hi = xq + r * xq_row(K) + g * 32;
+      int8_t* lo = hi + xq_lo(K);
       float top = 0.f, sum = 0.f;
       for (int j = 0; j < 32; ++j) {
         top = std::max(top, std::fabs(v[j]));
@@ -1274,8 +1279,8 @@ void vnni_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float
   const uint8_t* w = qw + t * G * 256;
   for (int64_t g = 0; g < G; ++g, w += 256) {
     for (int i = 0; i < MR; ++i) {
-      const int8_t* xh = xq + i * 2 * K + g * 32;
-      const int8_t* xl = xh + K;
+      const int8_t* xh = xq + i * xq_row(K) + g * 32;
+      const int8_t* xl = xh + xq_lo(K);
       for (int j = 0; j < kTile; ++j) {
         int32_t hi = 0, lo = 0;
         for (int s = 0; s < 4; ++s)
@@ -1302,8 +1307,8 @@ void vnni8_tile(const int8_t* qw, const int32_t*, const float* wscale, const int
   const int8_t* w = qw + t * G * 512;
   for (int64_t g = 0; g < G; ++g, w += 512)
     for (int i = 0; i < MR; ++i) {
-      const int8_t* xh = xq + i * 2 * K + g * 32;
-      const int8_t* xl = xh + K;
+      const int8_t* xh = xq + i * xq_row(K) + g * 32;
+      const int8_t* xl = xh + xq_lo(K);
       for (int j = 0; j < kTile; ++j) {
         int32_t hi = 0, lo = 0;
         for (int u = 0; u < 8; ++u)
@@ -1387,7 +1392,7 @@ Int8Tile<MR> int8_tile(int dot) {
 // parallel region, into buffers that outlive the call (two allocations fewer on a
 // path that runs ~120 times a decode step).
 struct TwoPartActivations {
-  const int8_t* q;     // [M, 2, K]
+  const int8_t* q;     // M rows of hi, then lo parts (cpu_kernels_layout.h)
   const float* step;   // [M, G]
   const float* sum;    // [M, G]
 };
@@ -1396,7 +1401,7 @@ TwoPartActivations two_part(const at::Tensor& x) {
   const int64_t M = x.size(0), K = x.size(1), G = K / 32;
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xs;
-  xq.resize(M * 2 * K);
+  xq.resize(M * xq_row(K));
   xs.resize(2 * M * G);
   quantize_activations(x.data_ptr<float>(), M, K, xq.data(), xs.data(), xs.data() + M * G);
   return {xq.data(), xs.data(), xs.data() + M * G};
@@ -1452,13 +1457,13 @@ at::Tensor int4_tiles_linear(const at::Tensor& x, const at::Tensor& qweight, con
           const FloatScales ahead{formed.data()};
           for_row_blocks(M, [&](auto rows, int64_t m) {
             int4_tile<decltype(rows)::value, FloatScales>(dot)(
-                qw, ahead, a.q + m * 2 * K, a.step + m * G, a.sum + m * G, op + m * N, N, K, t);
+                qw, ahead, a.q + m * xq_row(K), a.step + m * G, a.sum + m * G, op + m * N, N, K, t);
           });
           continue;
         }
       }
       for_row_blocks(M, [&](auto rows, int64_t m) {
-        int4_tile<decltype(rows)::value, S>(dot)(qw, scales, a.q + m * 2 * K, a.step + m * G,
+        int4_tile<decltype(rows)::value, S>(dot)(qw, scales, a.q + m * xq_row(K), a.step + m * G,
                                                  a.sum + m * G, op + m * N, N, K, t);
       });
     }
@@ -1524,7 +1529,7 @@ at::Tensor int8_vnni_linear(const at::Tensor& x, const at::Tensor& qweight, cons
   at::parallel_for(0, T, 4, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       for_row_blocks(M, [&](auto rows, int64_t m) {
-        int8_tile<decltype(rows)::value>(dot)(qw, ws, sc, a.q + m * 2 * K, a.step + m * G,
+        int8_tile<decltype(rows)::value>(dot)(qw, ws, sc, a.q + m * xq_row(K), a.step + m * G,
                                               op + m * N, N, K, t);
       });
   });

@@ -17,11 +17,16 @@
 
 #include <arm_neon.h>
 
+#include "cpu_kernels_layout.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
 namespace mellea_neon {
+
+using mellea_layout::xq_lo;
+using mellea_layout::xq_row;
 
 // Output rows per tile of the int4 and int8 layouts: four vectors of 4 lanes.
 constexpr int64_t kRows = 16;
@@ -201,10 +206,11 @@ struct Q4KScales {  // a GGUF's Q4_K: sc, m uint8 [T, G, 2, 16]; d, -dmin fp16 [
   }
 };
 
-// int4: output rows [16 t, 16 t + 16) for MR activation rows (xq [MR, 2, K]: hi, then lo
-// parts; xscale, xsum [MR, K / 32]); the factors from S (above). Part s's nibbles,
-// 16 bytes at a time, are 4 rows' elements 8 s .. 8 s + 3 (low) and 8 s + 4 .. + 7
-// (high): signed dot products of them (0..15) with the parts' bytes are exact.
+// int4: output rows [16 t, 16 t + 16) for MR activation rows (xq: MR rows of hi, then
+// lo parts, cpu_kernels_layout.h; xscale, xsum [MR, K / 32]); the factors from S
+// (above). Part s's nibbles, 16 bytes at a time, are 4 rows' elements 8 s .. 8 s + 3
+// (low) and 8 s + 4 .. + 7 (high): signed dot products of them (0..15) with the parts'
+// bytes are exact.
 template <int MR, class S>
 void int4_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float* xscale,
                const float* xsum, float* out, int64_t N, int64_t K, int64_t t) {
@@ -226,8 +232,8 @@ void int4_tile(const uint8_t* qw, const S& scales, const int8_t* xq, const float
       float32x4_t d, m;
       scales.load(t, G, g, q, d, m);
       for (int i = 0; i < MR; ++i) {
-        const int8_t* xh = xq + i * 2 * K + g * 32;
-        const int8_t* xl = xh + K;
+        const int8_t* xh = xq + i * xq_row(K) + g * 32;
+        const int8_t* xl = xh + xq_lo(K);
         const int32x4_t hi = dot8(wv, vld1q_s8(xh), vld1q_s8(xh + 16));
         const int32x4_t lo = dot8(wv, vld1q_s8(xl), vld1q_s8(xl + 16));
         // |hi| <= 32 * 15 * 127, so 256 hi + lo stays below 2^24: exact in fp32.
@@ -260,8 +266,8 @@ void int8_tile(const int8_t* qw, const float* wscale, const int8_t* xq, const fl
       int8x16_t wv[8];
       for (int u = 0; u < 8; ++u) wv[u] = vld1q_s8(w + 64 * u + 16 * q);
       for (int i = 0; i < MR; ++i) {
-        const int8_t* xh = xq + i * 2 * K + g * 32;
-        const int8_t* xl = xh + K;
+        const int8_t* xh = xq + i * xq_row(K) + g * 32;
+        const int8_t* xl = xh + xq_lo(K);
         const int32x4_t hi = dot8(wv, vld1q_s8(xh), vld1q_s8(xh + 16));
         const int32x4_t lo = dot8(wv, vld1q_s8(xl), vld1q_s8(xl + 16));
         const int32x4_t dot = vaddq_s32(vshlq_n_s32(hi, 8), lo);
@@ -331,8 +337,8 @@ void bytes_tile(const uint8_t* qw, const int8_t* subs, const float* supers, int6
         offset = vsubq_f32(vdupq_n_f32(0.f), vmulq_f32(vld1q_f32(dp + kRows + 4 * q),
                                                         widen_s8x4(sb + 2 * kRows + 4 * q)));
       for (int i = 0; i < MR; ++i) {
-        const int8_t* xh = xq + i * 2 * K + g * 32;
-        const int8_t* xl = xh + K;
+        const int8_t* xh = xq + i * xq_row(K) + g * 32;
+        const int8_t* xl = xh + xq_lo(K);
         const int32x4_t dot0 = vaddq_s32(vshlq_n_s32(dot4(wv, vld1q_s8(xh)), 8),
                                          dot4(wv, vld1q_s8(xl)));
         const int32x4_t dot1 = vaddq_s32(vshlq_n_s32(dot4(wv + 4, vld1q_s8(xh + 16)), 8),

@@ -25,6 +25,8 @@
 namespace {
 
 namespace nk = mellea_neon;
+using mellea_layout::xq_lo;
+using mellea_layout::xq_row;
 
 std::mt19937 rng(20261125);
 int failures = 0;
@@ -132,7 +134,7 @@ struct Parts {
 
 Parts ref_parts(const std::vector<float>& x, int rows, int K) {
   const int G = K / 32;
-  Parts p{std::vector<int8_t>(rows * 2 * K), std::vector<float>(rows * G),
+  Parts p{std::vector<int8_t>(rows * xq_row(K)), std::vector<float>(rows * G),
           std::vector<float>(rows * G)};
   for (int r = 0; r < rows; ++r)
     for (int g = 0; g < G; ++g) {
@@ -141,7 +143,7 @@ Parts ref_parts(const std::vector<float>& x, int rows, int K) {
       ref_top_and_sum(v, &top, &p.sum[r * G + g]);
       const Steps s = steps_of(top);
       p.step[r * G + g] = s.unit / 256.f;
-      ref_split(v, s, p.q.data() + r * 2 * K + g * 32, p.q.data() + r * 2 * K + K + g * 32);
+      ref_split(v, s, p.q.data() + r * xq_row(K) + g * 32, p.q.data() + r * xq_row(K) + xq_lo(K) + g * 32);
     }
   return p;
 }
@@ -328,14 +330,14 @@ void check_int4(int N, int K, bool q4k) {
       double exact = 0.0, bound = 0.0, mag = 0.0;
       for (int g = 0; g < G; ++g) {
         const uint8_t* w = qw.data() + (t * G + g) * 256;
-        const int8_t* xh = p.q.data() + i * 2 * K + g * 32;
+        const int8_t* xh = p.q.data() + i * xq_row(K) + g * 32;
         float d, m;
         factors(t, g, j, d, m);
         int32_t hi = 0, lo = 0;
         for (int e = 0; e < 32; ++e) {
           const int q = int4_element(w, j, e);
           hi += q * xh[e];
-          lo += q * xh[K + e];
+          lo += q * xh[xq_lo(K) + e];
           const double wk = static_cast<double>(q) * d + m;
           exact += wk * x[i * K + g * 32 + e];
           // The parts' error: half a step (lo's rounding), a whole one where lo clamps.
@@ -377,12 +379,12 @@ void check_int8(int N, int K) {
       double exact = 0.0, bound = 0.0, mag = 0.0;
       for (int g = 0; g < G; ++g) {
         const int8_t* w = qw.data() + (t * G + g) * 512;
-        const int8_t* xh = p.q.data() + i * 2 * K + g * 32;
+        const int8_t* xh = p.q.data() + i * xq_row(K) + g * 32;
         int32_t hi = 0, lo = 0;
         for (int e = 0; e < 32; ++e) {
           const int q = int8_element(w, j, e);
           hi += q * xh[e];
-          lo += q * xh[K + e];
+          lo += q * xh[xq_lo(K) + e];
           const double wk = static_cast<double>(q) * scale[n];
           exact += wk * x[i * K + g * 32 + e];
           bound += std::fabs(wk) * p.step[i * G + g];
@@ -457,11 +459,11 @@ void check_bytes(int N, int K, int S, bool mins) {
         const uint8_t* w = qw.data() + (t * G + g) * 512;
         const int8_t* sb = subs.data() + (t * G + g) * P * 16;
         const float* dp = supers.data() + (t * (G / S) + g / S) * (P - 1) * 16;
-        const int8_t* xh = p.q.data() + i * 2 * K + g * 32;
+        const int8_t* xh = p.q.data() + i * xq_row(K) + g * 32;
         int32_t dot[2] = {0, 0};
         for (int e = 0; e < 32; ++e) {
           const int q = static_cast<int>(w[64 * (e / 4) + 4 * j + e % 4]) - 128;
-          dot[e / 16] += q * (256 * xh[e] + xh[K + e]);
+          dot[e / 16] += q * (256 * xh[e] + xh[xq_lo(K) + e]);
         }
         const float scale0 = dp[j] * static_cast<float>(sb[j]);
         const float scale1 = dp[j] * static_cast<float>(sb[16 + j]);
@@ -528,7 +530,7 @@ int run_bytes(const char* in_path, const char* out_path) {
   if (!read_into(in, x, M * K) || !read_into(in, qw, T * G * 512) ||
       !read_into(in, subs, T * G * P * 16) || !read_into(in, supers, T * (G / S) * (P - 1) * 16))
     return 2;
-  std::vector<int8_t> xq(M * 2 * K);
+  std::vector<int8_t> xq(M * xq_row(K));
   std::vector<float> step(M * G), xsum(M * G);
   for (int64_t r = 0; r < M; ++r)
     for (int64_t g = 0; g < G; ++g) {
@@ -536,8 +538,8 @@ int run_bytes(const char* in_path, const char* out_path) {
       nk::group_top_and_sum(x.data() + r * K + g * 32, &top, &xsum[r * G + g]);
       const Steps s = steps_of(top);
       step[r * G + g] = s.unit / 256.f;
-      int8_t* hi = xq.data() + r * 2 * K + g * 32;
-      nk::split_group(x.data() + r * K + g * 32, s.unit, s.inv, s.inv_lo, hi, hi + K);
+      int8_t* hi = xq.data() + r * xq_row(K) + g * 32;
+      nk::split_group(x.data() + r * K + g * 32, s.unit, s.inv, s.inv_lo, hi, hi + xq_lo(K));
     }
   std::vector<float> out(M * N + N * K);
   for (int64_t t = 0; t < T; ++t)
@@ -546,7 +548,7 @@ int run_bytes(const char* in_path, const char* out_path) {
       auto tile = [&](auto rows_c) {
         constexpr int MR = decltype(rows_c)::value;
         auto run = P == 3 ? &nk::bytes_tile<MR, true> : &nk::bytes_tile<MR, false>;
-        run(qw.data(), subs.data(), supers.data(), S, xq.data() + m * 2 * K, step.data() + m * G,
+        run(qw.data(), subs.data(), supers.data(), S, xq.data() + m * xq_row(K), step.data() + m * G,
             xsum.data() + m * G, out.data() + m * N, N, K, t);
       };
       if (rows == 4) tile(std::integral_constant<int, 4>{});
