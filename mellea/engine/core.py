@@ -89,10 +89,11 @@ class EngineCore:
         max_num_batched_tokens: int = 2048,
         dtype: str | torch.dtype | None = None,
         device: str | None = None,
+        model_config: ModelConfig | None = None,
     ) -> None:
         check_engine_sizes(block_size, max_num_seqs, max_num_batched_tokens)
         path = Path(path)
-        self.model_config = ModelConfig.from_dir(path)
+        self.model_config = model_config or ModelConfig.from_dir(path)
         dev = resolve_device(device)
         cfg = EngineConfig(
             model_path=path,

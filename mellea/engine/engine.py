@@ -142,18 +142,20 @@ class _Request:
     builder: DeltaBuilder
 
 
-def _import_for_the_build(path: Path) -> None:
+def _import_for_the_build(path: Path) -> ModelConfig | None:
     """Import on this thread what building the model at ``path`` will import from
-    transformers (a scaled RoPE's functions; most models need nothing). The engine
-    thread builds the model while this thread imports and loads the tokenizer, and two
+    transformers (a scaled RoPE's functions; most models need nothing); returns the
+    model's config for the build (None where it cannot be read). The engine thread
+    builds the model while this thread imports and loads the tokenizer, and two
     threads importing from transformers at once can find a module half-initialized
     (``ImportError: cannot import name 'AutoConfig'``, met by a Llama 3 model)."""
     try:
         cfg = ModelConfig.from_dir(path)
-    except Exception:  # the engine thread raises it again, as the build's error
-        return
+    except Exception:  # the engine thread reads it again and raises, as the build's error
+        return None
     if uses_transformers(cfg):
         import_transformers_rope(cfg)
+    return cfg
 
 
 class Engine:
@@ -197,7 +199,7 @@ class Engine:
         # which made each decode step ~1.7x slower than when one thread does it all.
         self._built = threading.Event()
         self._build_error: BaseException | None = None
-        _import_for_the_build(path)
+        core_options["model_config"] = _import_for_the_build(path)
         self._thread = threading.Thread(
             target=self._main, args=(path, core_options), name="mellea-engine", daemon=True
         )

@@ -262,6 +262,24 @@ async def test_string_prompt_and_chat_template(make_engine):
     assert isinstance(text, str)
 
 
+def test_the_engine_reads_the_models_config_once(make_engine, monkeypatch):
+    """The main thread reads the config (for the imports a build needs) and hands it to
+    the core its thread builds, rather than each reading the file."""
+    from mellea.engine.config import ModelConfig
+
+    read = ModelConfig.from_dir
+    configs = []
+
+    def counted(path):
+        configs.append(read(path))
+        return configs[-1]
+
+    monkeypatch.setattr(ModelConfig, "from_dir", counted)
+    engine = make_engine()
+    assert len(configs) == 1
+    assert engine.model_config is configs[0]
+
+
 def test_stats_shape(make_engine):
     stats = make_engine().stats()
     for key in (
