@@ -12,6 +12,14 @@ until the next probe. A probe costs the steps it runs at a slower count, so a ca
 clearly slower than the current count (a 1.7B model at batch 1 on 1 thread of 2: 1.46x)
 is dropped after one step, and prompt steps never run at a candidate: they run at the
 count the last probe chose.
+
+A shared machine's memory bandwidth drifts by 20-30 % within seconds, so blocks of
+steps timed one after another can rank two counts wrongly (a quiet 2-core machine once
+timed 2 threads at 67.8 ms per token and 1 at 60.6, then 1 at 72.2 and 2 at 49.2). So a
+count replaces the current one only when it is :data:`SWITCH_MARGIN` times faster, and
+only after the current count is timed once more, after the candidates: the faster of
+its two blocks is what the candidate must beat. A neighbour's cost is far beyond the
+margin (a batch-1 step 46.7 ms on 2 threads against 21.1 on 1).
 ``MELLEA_CPU_THREADS=N`` pins the count instead.
 """
 
@@ -34,6 +42,7 @@ PROBE_STEPS = 4  # decode steps timed per candidate (after one to settle)
 PROBE_EVERY_S = 3.0  # seconds between probes, doubled while the choice holds ...
 PROBE_EVERY_MAX_S = 48.0  # ... up to this
 ABANDON = 1.25  # a candidate this many times slower per token than the current is dropped
+SWITCH_MARGIN = 1.15  # a count replaces the current one only when this much faster
 
 
 @contextlib.contextmanager
@@ -77,6 +86,7 @@ class ThreadTuner:
         self.current = self.pinned or self.most
         self._queue: list[int] = []  # candidates still to time in this probe
         self._timed: dict[int, list[float]] = {}  # candidate -> seconds per token
+        self._first_block: float | None = None  # the current count's median, when confirming
         self._probe_tokens = 0  # the step size this probe times (0: not seen yet)
         self._next_probe = 0.0
         self._interval = PROBE_EVERY_S
@@ -117,6 +127,7 @@ class ThreadTuner:
     def _start_probe(self, tokens: int) -> None:
         self._queue = _candidates(self.most, self.current)
         self._timed = {}
+        self._first_block = None
         self._skip = 1
         self._probe_tokens = tokens
 
@@ -142,6 +153,10 @@ class ThreadTuner:
             self._timed[candidate] = [per_token]  # clearly slower: no more steps at it
             self._next_candidate()
             return
+        if self._first_block is not None and per_token > ABANDON * self._best_other()[1]:
+            self._timed[candidate] = [per_token]  # confirming: the current is still slow
+            self._next_candidate()
+            return
         if self._skip:  # the first step at a new count pays for the switch
             self._skip -= 1
             return
@@ -150,21 +165,38 @@ class ThreadTuner:
         if len(times) >= PROBE_STEPS:
             self._next_candidate()
 
+    def _best_other(self) -> tuple[int, float]:
+        """The fastest count timed in this probe other than the current one, and its
+        median seconds per token."""
+        others = [n for n in self._timed if n != self.current]
+        best = min(others, key=self._median)
+        return best, self._median(best)
+
     def _next_candidate(self) -> None:
         self._queue.pop(0)
         self._skip = 1
         if self._queue:
             return
-        best = min(self._timed, key=self._median)
-        if best != self.current:
+        best, per_token = self._best_other() if len(self._timed) > 1 else (self.current, 0.0)
+        current = self._median(self.current)
+        if best != self.current and self._first_block is None:
+            if per_token * SWITCH_MARGIN < current:  # time the current count once more
+                self._first_block = current
+                self._timed[self.current] = []
+                self._queue = [self.current]
+                return
+        elif self._first_block is not None:
+            current = min(current, self._first_block)
+        if best != self.current and per_token * SWITCH_MARGIN < current:
             log.info(
                 "CPU threads %d -> %d (ms per token: %s)",
                 self.current,
                 best,
                 ", ".join(f"{n}: {self._median(n) * 1e3:.2f}" for n in self._timed),
             )
+            self.current = best
             self._interval = PROBE_EVERY_S
         else:
             self._interval = min(2 * self._interval, PROBE_EVERY_MAX_S)
-        self.current = best
+        self._first_block = None
         self._next_probe = self.clock() + self._interval

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mellea.engine import cpu_threads
-from mellea.engine.cpu_threads import PROBE_EVERY_S, PROBE_STEPS, ThreadTuner
+from mellea.engine.cpu_threads import PROBE_EVERY_S, PROBE_STEPS, SWITCH_MARGIN, ThreadTuner
 
 
 class Clock:
@@ -51,8 +51,9 @@ def test_keeps_the_fastest_count_and_probes_again_when_the_machine_changes(threa
     assert threads_set[-1] == 4  # kept between probes
     busy = {4: 0.080, 2: 0.012, 1: 0.020}  # a neighbour took cores: barriers wait
     clock.now += 2 * PROBE_EVERY_S  # the choice held, so the next probe came later
-    run(tuner, clock, threads_set, busy, 3 * (PROBE_STEPS + 1))
-    assert tuner.current == 2
+    # All three counts, then one step at 4 again: still far slower, so 2 wins at once.
+    counts = run(tuner, clock, threads_set, busy, 3 * (PROBE_STEPS + 1) + 1)
+    assert counts[-1] == 4 and tuner.current == 2
     run(tuner, clock, threads_set, busy, 3)
     assert threads_set[-1] == 2
 
@@ -64,12 +65,43 @@ def test_a_much_slower_count_is_dropped_after_one_step(threads_set):
     assert tuner.current == 2
     clock.now += 100.0
     busy = {2: 0.500, 1: 0.012}  # 1 thread is now the fast one: switch to it
-    run(tuner, clock, threads_set, busy, 2 * (PROBE_STEPS + 1))
+    counts = run(tuner, clock, threads_set, busy, 2 * (PROBE_STEPS + 1) + 1)
+    assert counts.count(2) == PROBE_STEPS + 2  # its block, and one step confirming it
     assert tuner.current == 1
     clock.now += 100.0
     counts = run(tuner, clock, threads_set, busy, 3 * PROBE_STEPS)
     # The probe timed 1 thread, then dropped 2 threads after a single slow step.
     assert counts.count(2) == 1 and counts[: PROBE_STEPS + 1] == [1] * (PROBE_STEPS + 1)
+    assert tuner.current == 1
+
+
+def test_a_machine_that_slowed_while_the_current_count_was_timed_keeps_it(threads_set):
+    # The 1.7B model at batch 1 on a shared machine: its bandwidth fell by a third while
+    # 2 threads were timed, and came back by the time 1 thread was. Timed again, 2
+    # threads are the faster count, as they are on a quiet machine.
+    clock = Clock()
+    tuner = ThreadTuner(most=2, clock=clock)
+    slow = {2: 0.0678, 1: 0.0606}
+    quiet = {2: 0.0448, 1: 0.0655}
+    counts = run(tuner, clock, threads_set, slow, PROBE_STEPS + 1)
+    counts += run(tuner, clock, threads_set, quiet, 3 * (PROBE_STEPS + 1))
+    assert tuner.current == 2 and counts[-1] == 2
+    assert counts.count(1) == PROBE_STEPS + 1  # one block at 1 thread, then no switch
+
+
+def test_a_count_a_little_faster_does_not_replace_the_current_one(threads_set):
+    clock = Clock()
+    tuner = ThreadTuner(most=2, clock=clock)
+    close = {2: 0.050, 1: 0.050 / (SWITCH_MARGIN * 0.97)}
+    counts = run(tuner, clock, threads_set, close, 2 * (PROBE_STEPS + 1))
+    assert tuner.current == 2
+    assert counts == [2] * (PROBE_STEPS + 1) + [1] * (PROBE_STEPS + 1)  # no confirming block
+    clear = {2: 0.050, 1: 0.050 / (SWITCH_MARGIN * 1.05)}
+    clock.now += 100.0
+    counts = run(tuner, clock, threads_set, clear, 3 * (PROBE_STEPS + 1))
+    assert counts[: 3 * (PROBE_STEPS + 1)] == (
+        [2] * (PROBE_STEPS + 1) + [1] * (PROBE_STEPS + 1) + [2] * (PROBE_STEPS + 1)
+    )
     assert tuner.current == 1
 
 
