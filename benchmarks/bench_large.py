@@ -3,7 +3,9 @@
 Builds (once, under ``benchmarks/peers/large/``, git-ignored) a random-weight Llama of
 SmolLM2-1.7B's dimensions (hidden 2048, 24 layers, 32 heads and 32 KV heads,
 intermediate 8192, vocabulary 49152, tied embeddings) with the bundled model's
-tokenizer, so that llama.cpp's tools accept it; converts it with llama.cpp's
+tokenizer, so that llama.cpp's tools accept it (``--shape llama3-8b``: Llama 3.1 8B's,
+hidden 4096, 32 layers, 32 heads and 8 KV heads, intermediate 14336, vocabulary 128256
+of which the bundled tokenizer names the first 49152, untied); converts it with llama.cpp's
 ``convert_hf_to_gguf.py`` to F16 and ``llama-quantize`` to Q4_1 and Q4_K_M (llama.cpp
 built from the source vendored in the ``llama-cpp-python`` sdist, as
 ``benchmarks/bench_peers.py`` does). Then, per file, in one run:
@@ -25,6 +27,7 @@ At 1.7B a run takes tens of minutes on 2 busy cores; ``--layers 2`` checks it qu
     python benchmarks/bench_large.py                      # 1.7B shape, Q4_1 and Q4_K_M
     python benchmarks/bench_large.py --layers 2 --formats Q4_1
     python benchmarks/bench_large.py --isa avx2 --streams 1,8,32 --tokens 32
+    python benchmarks/bench_large.py --shape llama3-8b --formats Q4_K_M
 """
 
 from __future__ import annotations
@@ -67,8 +70,39 @@ def llama_tools() -> dict[str, Path]:
     return paths
 
 
-def hf_model(folder: Path, layers: int) -> Path:
-    """The random-weight model of SmolLM2-1.7B's shape (``layers`` of its 24), bf16."""
+# The shapes a model can be built in: its files' name, and its LlamaConfig.
+SHAPES: dict[str, tuple[str, dict]] = {
+    "smollm2-1.7b": (
+        "smollm2-1.7b-shape",
+        dict(
+            vocab_size=49152,
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=24,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            rope_theta=130000.0,
+            tie_word_embeddings=True,
+        ),
+    ),
+    "llama3-8b": (
+        "llama3-8b-shape",
+        dict(
+            vocab_size=128256,  # convert_hf_to_gguf names the tokenizer's missing ids [PADn]
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            rope_theta=500000.0,
+            tie_word_embeddings=False,
+        ),
+    ),
+}
+
+
+def hf_model(folder: Path, layers: int, shape: str = "smollm2-1.7b") -> Path:
+    """The random-weight model of ``shape`` (``layers`` of its own), bf16."""
     if (folder / "config.json").is_file():
         return folder
     import torch
@@ -77,16 +111,9 @@ def hf_model(folder: Path, layers: int) -> Path:
     from mellea.engine.loader import resolve_model
 
     config = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=layers,
-        num_attention_heads=32,
-        num_key_value_heads=32,
+        **{**SHAPES[shape][1], "num_hidden_layers": layers},
         max_position_embeddings=8192,
-        rope_theta=130000.0,
         rms_norm_eps=1e-5,
-        tie_word_embeddings=True,
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=2,
@@ -106,11 +133,11 @@ def hf_model(folder: Path, layers: int) -> Path:
     return folder
 
 
-def gguf_files(layers: int, formats: list[str]) -> dict[str, Path]:
+def gguf_files(layers: int, formats: list[str], shape: str = "smollm2-1.7b") -> dict[str, Path]:
     """The model as GGUF files, one per format (F16 through convert_hf_to_gguf.py,
     then llama-quantize)."""
-    name = f"smollm2-1.7b-shape-{layers}l"
-    folder = hf_model(WORK / name, layers)
+    name = f"{SHAPES[shape][0]}-{layers}l"
+    folder = hf_model(WORK / name, layers, shape)
     f16 = WORK / f"{name}-F16.gguf"
     if not f16.is_file():
         source = llama_source()
@@ -230,10 +257,10 @@ def llama_cpp(gguf: Path, tokens: int, isa: str = "native", bench: bool = True) 
     }
 
 
-def streams(gguf: Path, levels: str, tokens: int, isa: str, fmt: str) -> dict:
+def streams(gguf: Path, levels: str, tokens: int, isa: str) -> dict:
     """``bench_peers.py --gguf``: llama-server and ours streaming at ``levels``; its
     ratios (ours / llama-server tok/s per level)."""
-    out = ROOT / "benchmarks" / "results" / f"large-streams-{fmt}-{isa}.json"
+    out = ROOT / "benchmarks" / "results" / f"large-streams-{gguf.stem}-{isa}.json"
     command = [sys.executable, str(ROOT / "benchmarks" / "bench_peers.py"), "--gguf", str(gguf)]
     command += ["--only", "llama,ours", "--dtypes", "auto", "--levels", levels]
     command += ["--max-tokens", str(tokens), "--per-client", "1", "--llama-isa", isa]
@@ -253,7 +280,8 @@ def streams(gguf: Path, levels: str, tokens: int, isa: str, fmt: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, default=24, help="of the 24 (fewer: a quick check)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-1.7b")
+    parser.add_argument("--layers", type=int, help="of the shape's (fewer: a quick check)")
     parser.add_argument("--formats", default="Q4_1,Q4_K_M")
     parser.add_argument("--tokens", type=int, default=32, help="decoded per measurement")
     parser.add_argument("--skip-llama", action="store_true", help="measure ours only")
@@ -264,8 +292,9 @@ def main() -> None:
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     formats = args.formats.split(",")
+    layers = args.layers or SHAPES[args.shape][1]["num_hidden_layers"]
     rows = []
-    for fmt, path in gguf_files(args.layers, formats).items():
+    for fmt, path in gguf_files(layers, formats, args.shape).items():
         row = {"format": fmt, "file_gb": round(path.stat().st_size / 1e9, 3), "isa": args.isa}
         if not args.skip_start:
             row["ours"] = ours(path, args.tokens, args.isa)
@@ -274,12 +303,13 @@ def main() -> None:
                     path, args.tokens, args.isa, bench=not args.no_llama_bench
                 )
         if args.streams:
-            row["streams"] = streams(path, args.streams, args.tokens, args.isa, fmt)
+            row["streams"] = streams(path, args.streams, args.tokens, args.isa)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    out = ROOT / "benchmarks" / "results" / f"large-{args.layers}l-{args.isa}.json"
+    name = f"{SHAPES[args.shape][0]}-{layers}l-{args.isa}"
+    out = ROOT / "benchmarks" / "results" / f"large-{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"layers": args.layers, "rows": rows}, indent=1))
+    out.write_text(json.dumps({"shape": args.shape, "layers": layers, "rows": rows}, indent=1))
     print(f"wrote {out}")
 
 
