@@ -18,6 +18,8 @@ class BlockTable(nn.Module):
     """int8 values [rows, K] with fp32 scales (and offsets) per block of ``block`` along
     each row; called with token ids, returns their rows in float32 (an embedding)."""
 
+    read_by_rows = True  # a step reads a few rows: huge pages would not pay (huge_pages.py)
+
     def __init__(
         self,
         q: torch.Tensor,

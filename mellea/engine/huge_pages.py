@@ -66,6 +66,11 @@ class HugePageMover:
     ``malloc_trim`` on the mover's thread held the heap's lock against the loader (the
     build of the 1.7B file's layers took 4.5 s instead of 2.3). :meth:`finish` trims.
 
+    A module whose class sets ``read_by_rows`` (an embedding table, a GGUF head's exact
+    rows: a step reads a few rows of it, not all) stays where it is: its pages cost a
+    step nothing, and copying it cost the load time and memory (an 8B-shaped file's two
+    tables are 1.1 GB).
+
     Within one module (one pass), a tensor found in two places stays one tensor (ties),
     and two tensors on one storage get one copy; a submitted module must share no
     tensor with the rest of the model (a freshly built layer), as a tie across passes
@@ -135,6 +140,8 @@ class HugePageMover:
         copies: dict[int, torch.Tensor] = {}  # old data pointer -> its copy (one storage)
         done: dict[int, torch.Tensor] = {}  # id of an old tensor -> its replacement (ties)
         for module in model.modules():
+            if getattr(module, "read_by_rows", False):
+                continue
             for table in (module._buffers, module._parameters):
                 for name, tensor in table.items():
                     if tensor is None or tensor.device.type != "cpu" or tensor.is_sparse:

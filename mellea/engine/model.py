@@ -636,10 +636,11 @@ def build_model(
     path: ComputePath | None = None,
     weights: str = "float32",
     built: Callable[[nn.Module], None] | None = None,
+    table_built: Callable[[str, nn.Module], None] | None = None,
 ) -> DecoderModel:
     """Create the model without random init, load its weights (linear layers in the
-    format ``weights``, see :func:`load_weights`, which hands each to ``built``) and set
-    it to eval.
+    format ``weights``, see :func:`load_weights`, which hands each to ``built`` and each
+    table kept in a GGUF's blocks to ``table_built``) and set it to eval.
 
     ``path`` defaults to :func:`choose_compute_path` under the environment's switches.
     """
@@ -648,7 +649,7 @@ def build_model(
     with torch.device("meta"):
         model = DecoderModel(cfg, max_positions, path).to(dtype)
     rows = None if path.kernels else qkv_row_order(cfg)
-    load_weights(model, cfg, model_dir, device, weights, rows, built)
+    load_weights(model, cfg, model_dir, device, weights, rows, built, table_built)
     model.prepare_loaded()
     model.init_rope(device)
     return model.eval().requires_grad_(False)

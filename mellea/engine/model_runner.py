@@ -16,7 +16,7 @@ from mellea.engine.cuda_graphs import DecodeGraphs, graphs_enabled
 from mellea.engine.heap import trim_malloc, tune_malloc
 from mellea.engine.lora import AdapterSet, LoraStep
 from mellea.engine.model import AttentionMetadata, build_model
-from mellea.engine.quant import convert_weights
+from mellea.engine.quant import HeadScorer, convert_weights
 from mellea.engine.sampler import SamplingBatch, build_sampling_batch, sample
 from mellea.engine.scheduler import ScheduledBatch
 from mellea.engine.sequence import Sequence
@@ -83,8 +83,10 @@ class ModelRunner:
         cpu = cfg.device.type == "cpu"
         self.threads = ThreadTuner() if cpu else None
         loading = single_threaded() if cpu else contextlib.nullcontext()
-        # On CPU, each layer moves into huge pages while the next ones are built.
-        with loading, HugePageMover() as mover:  # the tuner sets the serving count later
+        # On CPU, each layer moves into huge pages while the next ones are built, and
+        # the LM head's scoring layer is built beside them (quant.HeadScorer).
+        scorer = HeadScorer(cfg.weights, model_cfg.tie_word_embeddings)
+        with loading, HugePageMover() as mover, scorer:  # the tuner sets the count later
             self.model = build_model(
                 model_cfg,
                 cfg.model_path,
@@ -94,9 +96,10 @@ class ModelRunner:
                 cfg.compute_path,
                 cfg.weights,
                 mover.submit if cpu else None,
+                scorer.submit if cpu else None,
             )
             if cpu:  # bf16 or int8 weights under the fp32 forward pass
-                convert_weights(self.model, cfg.weights)
+                convert_weights(self.model, cfg.weights, scorer)
                 mover.finish(self.model)  # before the fused plan holds the weights
             # The load's freed temporaries, which the tuned heap keeps (0.25 GB after a
             # 1.7B model); trimming while loading instead cost twice the CPU time in

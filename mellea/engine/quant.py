@@ -743,25 +743,33 @@ class Int4Linear(nn.Module):
         weight: torch.Tensor | None,
         bias: torch.Tensor | None,
         groups: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        tiled_rows: int | None = None,
     ) -> None:
         """Quantize ``weight`` [out, in], or take ``groups``: :func:`quantize_groups`'
         output, or a GGUF's 4-bit blocks as :mod:`mellea.engine.gguf_blocks` gives them
-        (``Int4Groups``, or ``Q4KGroups``: told apart by their uint8 sub-scales)."""
+        (``Int4Groups``, or ``Q4KGroups``: told apart by their uint8 sub-scales); with
+        ``tiled_rows`` (the output size), :func:`tile_groups`' output for that many rows
+        (the kernels must be available)."""
         super().__init__()
         if groups is None:
             assert weight is not None
             groups = quantize_groups(weight)
         packed, scales, mins = groups
-        self.out_features, self.in_features = packed.shape[0], packed.shape[1] * 2
         self.q4k = scales.dtype == torch.uint8
         self.kernel = cpu_kernels.available()
         self.tiled = self.kernel
         # The tiled kernel beats dequantizing for the fp32 GEMM at any length (3072x576,
         # AVX512-VNNI: 2.6 against 5.5 ms at 256 rows); the fp32 one only up to 32 rows.
         self.max_kernel_rows = INT4_KERNEL_MAX_ROWS
+        if tiled_rows is not None:
+            assert self.tiled and not self.q4k, "tiled groups need the kernels"
+            self.out_features, self.in_features = tiled_rows, scales.shape[1] * GROUP
+        else:
+            self.out_features, self.in_features = packed.shape[0], packed.shape[1] * 2
         if self.tiled:
-            tile = tile_q4k if self.q4k else tile_groups
-            packed, scales, mins = tile(packed, scales, mins)
+            if tiled_rows is None:
+                tile = tile_q4k if self.q4k else tile_groups
+                packed, scales, mins = tile(packed, scales, mins)
             self.max_kernel_rows = 1 << 62
         self.register_buffer("qweight", packed)
         if self.q4k:
@@ -900,36 +908,93 @@ def linear_layer(weight: torch.Tensor, bias: torch.Tensor | None, fmt: str) -> n
 def table_layer(table: Any, fmt: str) -> nn.Module:
     """A ``fmt`` layer scoring against every row of ``table`` (a
     :class:`~mellea.engine.block_table.BlockTable`), built 1024 rows at a time: no
-    float32 copy of the whole table. The heap is trimmed after each chunk: a chunk's
-    temporaries (about 6 copies of it) would otherwise stay resident between the small
-    results (0.15 GB more at the peak of a 1.7B model's load)."""
+    float32 copy of the whole table, and each chunk's results written into the whole
+    outputs (no second copy of them to concatenate)."""
+    if fmt == "bfloat16":
+        (weight,) = _by_table_chunks(table, lambda c: (c.to(torch.bfloat16),))
+        return Bf16Linear(weight, None)
+    if fmt == "int4" and table.embedding_dim % GROUP == 0:
+        if cpu_kernels.available():  # each chunk tiled as it is quantized (whole tiles)
+            tiles = -(-table.num_embeddings // TILE)
+            tiled = _by_table_chunks(table, lambda c: tile_groups(*quantize_groups(c)), tiles)
+            return Int4Linear(None, None, groups=tiled, tiled_rows=table.num_embeddings)
+        return Int4Linear(None, None, groups=_by_table_chunks(table, quantize_groups))
+    return Int8Linear(None, None, rows=_by_table_chunks(table, quantize_rows))
+
+
+def _by_table_chunks(table: Any, convert: Any, length: int = 0) -> tuple[torch.Tensor, ...]:
+    """``convert`` (rows -> a tuple of results along a first dimension, ``length`` long
+    for the whole table: its rows by default) of each 1024-row chunk of ``table``,
+    written into tensors for the whole table. The heap is trimmed after each chunk: a
+    chunk's temporaries (about 6 copies of it) would otherwise stay resident between the
+    small results (0.15 GB more at the peak of a 1.7B model's load)."""
     from mellea.engine.heap import trim_malloc
 
-    def each(convert: Any) -> list[Any]:
-        parts = []
-        for chunk in table.chunks(1024):
-            parts.append(convert(chunk))
-            del chunk
-            trim_malloc()
-        return parts
+    whole: tuple[torch.Tensor, ...] = ()
+    first = 0
+    for chunk in table.chunks(1024):
+        parts = convert(chunk)
+        if not whole:
+            rows = length or table.num_embeddings
+            whole = tuple(torch.empty((rows, *p.shape[1:]), dtype=p.dtype) for p in parts)
+        for out, part in zip(whole, parts, strict=True):
+            out[first : first + part.shape[0]].copy_(part)
+        first += parts[0].shape[0]
+        del chunk, parts
+        trim_malloc()
+    return whole
 
-    if fmt == "bfloat16":
-        return Bf16Linear(torch.cat(each(lambda c: c.to(torch.bfloat16))), None)
-    if fmt == "int4" and table.embedding_dim % GROUP == 0:
-        parts = each(quantize_groups)
-        groups = tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))
-        del parts
-        return Int4Linear(None, None, groups=groups)  # type: ignore[arg-type]
-    parts = each(quantize_rows)
-    rows = tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True))
-    del parts
-    return Int8Linear(None, None, rows=rows)  # type: ignore[arg-type]
+
+class HeadScorer:
+    """Builds the LM head's scoring layer (:func:`table_layer`) in a thread of its own,
+    on one torch thread, as soon as the loader hands over the head's table (a GGUF's
+    ``output`` or, tied, ``token_embd``), while the loader builds the decoder layers.
+    An 8B-shaped Q4_K_M file's 128256 x 4096 head took 4.2 s of a 17 s load on one
+    thread, after all the layers. Use as a context manager: leaving it waits for the
+    thread."""
+
+    def __init__(self, fmt: str, tied: bool) -> None:
+        self.fmt = fmt
+        self.table_name = "embed_tokens.weight" if tied else "lm_head.weight"
+        self._pool: Any = None
+        self._future: Any = None
+        self._table: nn.Module | None = None
+
+    def submit(self, name: str, table: nn.Module) -> None:
+        """Start building the scoring layer if ``name`` is the head's table."""
+        if name != self.table_name or self.fmt not in ("bfloat16", "int8", "int4"):
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="mellea-head")
+        self._table = table
+        self._future = self._pool.submit(_on_one_thread, table_layer, table, self.fmt)
+
+    def result(self, table: nn.Module) -> nn.Module | None:
+        """The scoring layer built for ``table`` (waiting for it); None if none was
+        started for that table. Raises what building it raised."""
+        if self._future is None or table is not self._table:
+            return None
+        return self._future.result()
+
+    def __enter__(self) -> HeadScorer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _on_one_thread(fn: Any, *args: Any) -> Any:
+    torch.set_num_threads(1)  # this thread's own count: the loader keeps the other core
+    return fn(*args)
 
 
 @torch.no_grad()
-def convert_weights(model: nn.Module, fmt: str) -> nn.Module:
+def convert_weights(model: nn.Module, fmt: str, scorer: HeadScorer | None = None) -> nn.Module:
     """Store ``model``'s (a CPU fp32 :class:`~mellea.engine.model.DecoderModel`) linear
-    layers in ``fmt``, in place, and give it a :class:`RefinedHead`.
+    layers in ``fmt``, in place, and give it a :class:`RefinedHead` (its scoring layer
+    from ``scorer`` where that built it while the model loaded).
 
     The embedding stays fp32: a lookup reads one row per token, so its format costs
     nothing in speed, while rounded input embeddings move every later layer. The LM
@@ -948,11 +1013,16 @@ def convert_weights(model: nn.Module, fmt: str) -> nn.Module:
 
     embed = getattr(model, "embed_tokens", None)
     if isinstance(head, BlockTable):  # a GGUF's own head table, kept in its blocks
-        model.lm_head = RefinedHead(table_layer(head, fmt), head)
+        model.lm_head = RefinedHead(_scoring(head, fmt, scorer), head)
     elif head is None and isinstance(embed, BlockTable):
-        model.lm_head = RefinedHead(table_layer(embed, fmt), embed)
+        model.lm_head = RefinedHead(_scoring(embed, fmt, scorer), embed)
     elif isinstance(head, nn.Linear):
         model.lm_head = RefinedHead(linear_layer(head.weight, head.bias, fmt), head.weight)
     elif head is None and isinstance(embed, nn.Embedding):  # tied: the head reads the table
         model.lm_head = RefinedHead(linear_layer(embed.weight, None, fmt), embed.weight)
     return model
+
+
+def _scoring(table: nn.Module, fmt: str, scorer: HeadScorer | None) -> nn.Module:
+    built = scorer.result(table) if scorer is not None else None
+    return built if built is not None else table_layer(table, fmt)

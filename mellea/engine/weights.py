@@ -263,13 +263,16 @@ def load_weights(
     fmt: str = "float32",
     qkv_rows: torch.Tensor | None = None,
     built: Callable[[nn.Module], None] | None = None,
+    table_built: Callable[[str, nn.Module], None] | None = None,
 ) -> None:
     """Fill ``model`` (built on the meta device; placed on ``device`` here) from the
     checkpoint in ``model_dir``, its linear layers (all but an untied LM head) built in
     the weight format ``fmt`` (see :mod:`mellea.engine.quant`; on CPU). ``qkv_rows``
     reorders the first rows of each fused q/k/v projection (the CPU path's rotary order).
     ``built`` is handed each linear layer as it is built and put in place (e.g.
-    :meth:`~mellea.engine.huge_pages.HugePageMover.submit`).
+    :meth:`~mellea.engine.huge_pages.HugePageMover.submit`), ``table_built`` the name
+    and module of each table kept in the file's blocks (e.g.
+    :meth:`~mellea.engine.quant.HeadScorer.submit`).
     """
     from mellea.engine.quant import Int4Linear, Int8Linear, linear_layer
 
@@ -350,6 +353,8 @@ def load_weights(
             if quantized and target in _TABLES and _table_from_blocks(model, target, piece):
                 filled[target] = params[target].shape[0]
                 piece.release()
+                if table_built is not None:
+                    table_built(target, model.get_submodule(target.removesuffix(".weight")))
                 continue
             dest = params[target]
             if rows is not None:

@@ -278,6 +278,77 @@ def test_quantized_formats_keep_the_embedding_in_the_files_blocks(tiny_gguf, qty
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("fmt", ["int4", "int8", "bfloat16"])
+def test_the_head_is_scored_from_a_table_of_many_chunks_as_from_all_its_rows(fmt):
+    """table_layer writes each 1024-row chunk's results into the whole outputs: the
+    same tensors as converting all the rows at once."""
+    from mellea.engine.block_table import BlockTable
+    from mellea.engine.quant import Bf16Linear, quantize_groups, quantize_rows, table_layer
+
+    gen = torch.Generator().manual_seed(0)
+    rows, dim, block = 2500, 64, 32
+    q = torch.randint(-127, 128, (rows, dim), generator=gen, dtype=torch.int8)
+    scales = torch.rand(rows, dim // block, generator=gen) / 100
+    offsets = torch.randn(rows, dim // block, generator=gen) / 100
+    table = BlockTable(q, scales, offsets, block)
+    layer = table_layer(table, fmt)
+    whole = table.dequantized()
+    if fmt == "int4":
+        want = Int4Linear(None, None, groups=quantize_groups(whole))
+    elif fmt == "int8":
+        want = Int8Linear(None, None, rows=quantize_rows(whole))
+    else:
+        want = Bf16Linear(whole, None)
+    got = layer.state_dict()
+    assert type(layer) is type(want) and got.keys() == want.state_dict().keys()
+    for name, tensor in want.state_dict().items():
+        assert got[name].shape == tensor.shape and torch.equal(got[name], tensor), name
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q6_K], ids=["Q4_1", "Q6_K"])
+def test_the_heads_scoring_layer_is_built_beside_the_layers(tiny_gguf, monkeypatch, qtype):
+    """HeadScorer builds the tied head's scoring layer in a thread of its own, started
+    when the loader has the table and before it has built every layer, and the layer is
+    the one convert_weights would build after the load."""
+    import threading
+
+    from mellea.engine import quant
+    from mellea.engine.quant import HeadScorer, table_layer
+
+    meta = resolve_model(str(tiny_gguf("llama", qtype)))
+    cfg = ModelConfig.from_dir(meta)
+    fmt = "int4" if qtype == Q.Q4_1 else "int8"
+    layers_built: list[object] = []
+    seen: list[tuple[str, int]] = []
+
+    def recording(table, fmt):
+        seen.append((threading.current_thread().name, len(layers_built)))
+        return table_layer(table, fmt)
+
+    monkeypatch.setattr(quant, "table_layer", recording)
+    with HeadScorer(fmt, cfg.tie_word_embeddings) as scorer:
+        ours = build_model(
+            cfg,
+            meta,
+            256,
+            torch.float32,
+            torch.device("cpu"),
+            weights=fmt,
+            built=layers_built.append,
+            table_built=scorer.submit,
+        )
+        convert_weights(ours, fmt, scorer)
+    assert len(seen) == 1  # built once, by the scorer: convert_weights took its layer
+    thread, layers_before = seen[0]
+    assert thread.startswith("mellea-head")
+    assert layers_before < len(layers_built)
+    assert isinstance(ours.lm_head, RefinedHead)
+    want = table_layer(ours.embed_tokens, fmt)
+    got = ours.lm_head.inner
+    for name, tensor in want.state_dict().items():
+        assert torch.equal(got.state_dict()[name], tensor), name
+
+
 def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
     from mellea.engine.quant import StackedLinear, byte_form_runs, resolve_format
 

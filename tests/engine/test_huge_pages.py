@@ -176,3 +176,20 @@ def test_without_huge_pages_the_mover_starts_no_thread(monkeypatch):
         assert mover._thread is None
         assert mover.finish(model) == 0
     assert model.layers[0].weight.data_ptr() == pointer
+
+
+def test_tables_read_by_rows_stay_where_they_are(monkeypatch):
+    """A GGUF's tables (an embedding, a head's exact rows) are read a few rows a step:
+    the mover leaves them, and moves the layers beside them."""
+    from mellea.engine.block_table import BlockTable
+
+    monkeypatch.setattr(huge_pages, "thp_mode", lambda: "madvise")
+    model = nn.Module()
+    q = torch.randint(-127, 128, (4096, 1024), dtype=torch.int8)  # 4 MiB
+    model.table = BlockTable(q, torch.rand(4096, 32), None, 32)
+    model.layer = nn.Linear(1024, 1024, bias=False)  # 4 MiB
+    table_ptr, layer_ptr = model.table.q.data_ptr(), model.layer.weight.data_ptr()
+    assert move_to_huge_pages(model) == 4 << 20
+    assert model.table.q.data_ptr() == table_ptr
+    assert model.layer.weight.data_ptr() != layer_ptr
+    assert model.layer.weight.data_ptr() % HUGE_PAGE == 0
