@@ -349,6 +349,34 @@ def test_the_heads_scoring_layer_is_built_beside_the_layers(tiny_gguf, monkeypat
         assert torch.equal(got.state_dict()[name], tensor), name
 
 
+def test_a_head_that_cannot_be_built_fails_the_load_with_its_error(tiny_gguf, monkeypatch):
+    """What the scorer's thread raised is raised on the loader's thread, once the
+    layers are built, and leaving the scorer ends its thread."""
+    from mellea.engine import quant
+    from mellea.engine.quant import HeadScorer
+
+    meta = resolve_model(str(tiny_gguf("llama", Q.Q4_1)))
+    cfg = ModelConfig.from_dir(meta)
+
+    def broken(table, fmt):
+        raise MemoryError("no room for the head")
+
+    monkeypatch.setattr(quant, "table_layer", broken)
+    scorer = HeadScorer("int4", cfg.tie_word_embeddings)
+    with pytest.raises(MemoryError, match="no room for the head"), scorer:
+        ours = build_model(
+            cfg,
+            meta,
+            256,
+            torch.float32,
+            torch.device("cpu"),
+            weights="int4",
+            table_built=scorer.submit,
+        )
+        convert_weights(ours, "int4", scorer)
+    assert scorer._pool is not None and scorer._future.done()
+
+
 def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
     from mellea.engine.quant import StackedLinear, byte_form_runs, resolve_format
 
