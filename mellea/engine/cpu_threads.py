@@ -177,17 +177,17 @@ class ThreadTuner:
         self._skip = 1
         if self._queue:
             return
-        best, per_token = self._best_other() if len(self._timed) > 1 else (self.current, 0.0)
+        best, per_token = self._best_other()
         current = self._median(self.current)
-        if best != self.current and self._first_block is None:
+        if self._first_block is None:
             if per_token * SWITCH_MARGIN < current:  # time the current count once more
                 self._first_block = current
                 self._timed[self.current] = []
                 self._queue = [self.current]
                 return
-        elif self._first_block is not None:
+        else:
             current = min(current, self._first_block)
-        if best != self.current and per_token * SWITCH_MARGIN < current:
+        if per_token * SWITCH_MARGIN < current:
             log.info(
                 "CPU threads %d -> %d (ms per token: %s)",
                 self.current,

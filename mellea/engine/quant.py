@@ -961,8 +961,9 @@ class HeadScorer:
         self._table: nn.Module | None = None
 
     def submit(self, name: str, table: nn.Module) -> None:
-        """Start building the scoring layer if ``name`` is the head's table."""
-        if name != self.table_name or self.fmt not in ("bfloat16", "int8", "int4"):
+        """Start building the scoring layer if ``name`` is the head's table (the loader
+        keeps tables in their blocks only for the compact formats)."""
+        if name != self.table_name:
             return
         from concurrent.futures import ThreadPoolExecutor
 

@@ -350,11 +350,13 @@ def load_weights(
                 if "rotary_emb" in target or "rope_freqs" in target or target == "lm_head.weight":
                     continue  # recomputed (RoPE) / tied to the embedding
                 raise UnsupportedModelError(f"unexpected weight {hf_name}")
-            if quantized and target in _TABLES and _table_from_blocks(model, target, piece):
+            in_blocks = quantized and target in _TABLES
+            table = _table_from_blocks(model, target, piece) if in_blocks else None
+            if table is not None:
                 filled[target] = params[target].shape[0]
                 piece.release()
                 if table_built is not None:
-                    table_built(target, model.get_submodule(target.removesuffix(".weight")))
+                    table_built(target, table)
                 continue
             dest = params[target]
             if rows is not None:
@@ -375,18 +377,19 @@ def load_weights(
 _TABLES = ("embed_tokens.weight", "lm_head.weight")
 
 
-def _table_from_blocks(model: nn.Module, target: str, piece: Any) -> bool:
+def _table_from_blocks(model: nn.Module, target: str, piece: Any) -> nn.Module | None:
     """Put a :class:`BlockTable` of ``piece`` (a GGUF tensor whose block format has an
-    exact int8 form) in place of the table ``target``; False where it has none."""
+    exact int8 form) in place of the table ``target`` and return it; None where it has
+    none."""
     from mellea.engine.block_table import BlockTable
 
     held = piece.int8_blocks() if hasattr(piece, "int8_blocks") else None
     if held is None:
-        return False
+        return None
     offsets = None if held.offsets is None else torch.from_numpy(held.offsets)
     table = BlockTable(torch.from_numpy(held.q), torch.from_numpy(held.scales), offsets, held.block)
     model.set_submodule(target.removesuffix(".weight"), table)
-    return True
+    return table
 
 
 def _first(entry: tuple[int, Any]) -> int:

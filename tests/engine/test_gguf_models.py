@@ -305,6 +305,22 @@ def test_the_head_is_scored_from_a_table_of_many_chunks_as_from_all_its_rows(fmt
         assert got[name].shape == tensor.shape and torch.equal(got[name], tensor), name
 
 
+def load_scored(meta: Path, cfg: ModelConfig, fmt: str, scorer, built=None):
+    """The model at ``meta`` in ``fmt``, its head's scoring layer from ``scorer``, as the
+    model runner loads it."""
+    model = build_model(
+        cfg,
+        meta,
+        256,
+        torch.float32,
+        torch.device("cpu"),
+        weights=fmt,
+        built=built,
+        table_built=scorer.submit,
+    )
+    return convert_weights(model, fmt, scorer)
+
+
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q6_K], ids=["Q4_1", "Q6_K"])
 def test_the_heads_scoring_layer_is_built_beside_the_layers(tiny_gguf, monkeypatch, qtype):
     """HeadScorer builds the tied head's scoring layer in a thread of its own, started
@@ -327,17 +343,7 @@ def test_the_heads_scoring_layer_is_built_beside_the_layers(tiny_gguf, monkeypat
 
     monkeypatch.setattr(quant, "table_layer", recording)
     with HeadScorer(fmt, cfg.tie_word_embeddings) as scorer:
-        ours = build_model(
-            cfg,
-            meta,
-            256,
-            torch.float32,
-            torch.device("cpu"),
-            weights=fmt,
-            built=layers_built.append,
-            table_built=scorer.submit,
-        )
-        convert_weights(ours, fmt, scorer)
+        ours = load_scored(meta, cfg, fmt, scorer, layers_built.append)
     assert len(seen) == 1  # built once, by the scorer: convert_weights took its layer
     thread, layers_before = seen[0]
     assert thread.startswith("mellea-head")
@@ -364,16 +370,7 @@ def test_a_head_that_cannot_be_built_fails_the_load_with_its_error(tiny_gguf, mo
     monkeypatch.setattr(quant, "table_layer", broken)
     scorer = HeadScorer("int4", cfg.tie_word_embeddings)
     with pytest.raises(MemoryError, match="no room for the head"), scorer:
-        ours = build_model(
-            cfg,
-            meta,
-            256,
-            torch.float32,
-            torch.device("cpu"),
-            weights="int4",
-            table_built=scorer.submit,
-        )
-        convert_weights(ours, "int4", scorer)
+        load_scored(meta, cfg, "int4", scorer)
     assert scorer._pool is not None and scorer._future.done()
 
 
