@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,15 @@ def test_block_runs(doc, index, code):
     exec(compile(code, f"{doc}[{index}]", "exec"), namespace)
     if "main" in namespace and asyncio.iscoroutinefunction(namespace["main"]):
         asyncio.run(namespace["main"]())
+
+
+def test_benchmarks_summary_matches_its_data():
+    """benchmarks/README.md's tables are what benchmarks/summary.json renders to."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import summary
+    finally:
+        sys.path.pop(0)
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    data = json.loads(summary.DATA.read_text())
+    assert summary.splice(readme, summary.render(data)) == readme
