@@ -33,7 +33,8 @@ from mellea.serve.responses import (
     serve_arguments,
 )
 from mellea.serve.responses.reply import ResponsesReply
-from mellea.serve.responses.store_api import UNAVAILABLE_MESSAGE, StoreUnavailable, store_call
+from mellea.serve.responses.store_api import store_call
+from mellea.serve.responses.store_errors import UNAVAILABLE_MESSAGE, StoreUnavailable
 from mellea.serve.responses.truncation import call_fitting
 
 log = logging.getLogger("mellea.serve")

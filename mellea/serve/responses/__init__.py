@@ -10,8 +10,10 @@ from mellea.serve.responses.objects import ResponseObject
 from mellea.serve.responses.replay import replay_events
 from mellea.serve.responses.request import ResponsesRequest
 from mellea.serve.responses.run import CancelSignal, ResponseRun
-from mellea.serve.responses.store import ResponseStore, StoredResponse
-from mellea.serve.responses.store_api import Store, StoreError, StoreUnavailable, open_store
+from mellea.serve.responses.store import ResponseStore
+from mellea.serve.responses.store_api import Store, open_store
+from mellea.serve.responses.store_errors import StoreError, StoreUnavailable
+from mellea.serve.responses.stored import StoredResponse
 
 __all__ = [
     "CancelSignal",
