@@ -1,7 +1,8 @@
-"""The OpenAI Responses API: request and response models, input items, the run, the store.
+"""The OpenAI Responses API: request and response models, input items, the run, the store,
+and the service over them (:mod:`mellea.serve.responses.service`).
 
 Framework-free, like the rest of :mod:`mellea.serve`; the HTTP routes live in
-``cli/serve/responses_routes.py``.
+``cli/serve/responses_routes.py`` and call the service.
 """
 
 from mellea.serve.responses.arguments import check_request, new_response, serve_arguments
