@@ -170,7 +170,8 @@ def check_settings(settings: ServeSettings) -> None:
 
 def check_responses_db(settings: ServeSettings) -> None:
     """Open the PostgreSQL store once: it is reachable, and its schema is made or migrated."""
-    from mellea.serve.responses.store_api import StoreError, open_store
+    from mellea.serve.responses.store_api import open_store
+    from mellea.serve.responses.store_errors import StoreError
 
     try:
         open_store(settings.responses_db, lease=settings.responses_lease).close()

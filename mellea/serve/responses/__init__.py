@@ -1,7 +1,8 @@
-"""The OpenAI Responses API: request and response models, input items, the run, the store.
+"""The OpenAI Responses API: request and response models, input items, the run, the store,
+and the service over them (:mod:`mellea.serve.responses.service`).
 
 Framework-free, like the rest of :mod:`mellea.serve`; the HTTP routes live in
-``cli/serve/responses_routes.py``.
+``cli/serve/responses_routes.py`` and call the service.
 """
 
 from mellea.serve.responses.arguments import check_request, new_response, serve_arguments
@@ -10,8 +11,10 @@ from mellea.serve.responses.objects import ResponseObject
 from mellea.serve.responses.replay import replay_events
 from mellea.serve.responses.request import ResponsesRequest
 from mellea.serve.responses.run import CancelSignal, ResponseRun
-from mellea.serve.responses.store import ResponseStore, StoredResponse
-from mellea.serve.responses.store_api import Store, StoreError, StoreUnavailable, open_store
+from mellea.serve.responses.store import ResponseStore
+from mellea.serve.responses.store_api import Store, open_store
+from mellea.serve.responses.store_errors import StoreError, StoreUnavailable
+from mellea.serve.responses.stored import StoredResponse
 
 __all__ = [
     "CancelSignal",

@@ -14,32 +14,17 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
 
-from mellea.serve.errors import OpenAIError
-from mellea.serve.responses.store import (
+from mellea.serve.responses.store import ResponseStore
+from mellea.serve.responses.store_errors import StoreError
+from mellea.serve.responses.stored import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_COUNT,
-    ResponseStore,
     StoredResponse,
 )
 
 T = TypeVar("T")
 DATABASE_SCHEMES = ("postgresql://", "postgres://")
-UNAVAILABLE_MESSAGE = (
-    "the store of responses cannot be reached right now; try again in a few seconds"
-)
-
-
-class StoreError(Exception):
-    """A store that cannot open (unreachable, or a schema this server does not know);
-    the message is one line meant for the user."""
-
-
-class StoreUnavailable(OpenAIError):
-    """The store's database stopped answering: a 503 for the request that needed it."""
-
-    def __init__(self) -> None:
-        super().__init__(503, UNAVAILABLE_MESSAGE, code="store_unavailable")
 
 
 class Store(Protocol):
@@ -119,7 +104,7 @@ def open_store(
     if not is_database_url(location):
         return ResponseStore(location, max_count, max_age, max_bytes, **options)
     assert location is not None
-    try:
+    try:  # psycopg is optional: imported only for a database that needs it
         from mellea.serve.responses.store_postgres import PostgresStore
     except ImportError as exc:
         raise StoreError(

@@ -29,7 +29,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from mellea.serve.responses.store import (
+from mellea.serve.responses.store_errors import StoreError, StoreUnavailable
+from mellea.serve.responses.stored import (
     DEFAULT_MAX_AGE,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_COUNT,
@@ -37,7 +38,6 @@ from mellea.serve.responses.store import (
     ORPHAN_ERROR,
     StoredResponse,
 )
-from mellea.serve.responses.store_api import StoreError, StoreUnavailable
 
 log = logging.getLogger("mellea.serve")
 

@@ -55,3 +55,13 @@ def without_oldest(messages: list[Any], count: int) -> list[Any] | None:
     while len(kept) > 1 and kept[0].role == "tool":
         kept = kept[1:]
     return [*messages[:head], *kept]
+
+
+def call_truncating(
+    call: Callable[[ServeArguments], Awaitable[Any]],
+    args: ServeArguments,
+    truncation: str | None,
+) -> Awaitable[Any]:
+    """``call(args)`` as the request's ``truncation`` asks: ``"auto"`` drops the oldest
+    messages until the prompt fits (:func:`call_fitting`); anything else calls once."""
+    return call_fitting(call, args) if truncation == "auto" else call(args)
