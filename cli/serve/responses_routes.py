@@ -16,6 +16,7 @@ from cli.serve.event_stream import EventStreamResponse, as_response
 from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.offload import run_request_work
 from cli.serve.reply_parsers import reply_parser
+from cli.serve.request_adapter import reply_model
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import tenant_of
 from mellea.serve.errors import OpenAIError
@@ -89,7 +90,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> dict[str,
     spec = body.text.format if body.text else None
     heavy = bool(history) or (spec is not None and spec.type == "json_schema")
     args = await run_request_work(request, heavy, serve_arguments, body, tools, [*history, *items])
-    response = new_response(body, tools, state.settings.served_model_name)
+    response = new_response(body, tools, reply_model(state.settings))
     record = StoredResponse(response.wire(), items, history) if body.stores else None
     running = _Running(CancelSignal(_cancel_check(store, response.id, record)))
     sink = _Sink(store, record, state.responses_running, running, owner)
