@@ -131,9 +131,10 @@ def create_app(
     app.state.draining = False
     # Added innermost first: requests pass RequestContext, the Host check, CORS, auth,
     # the write deadline, the body reader (size and time limits), then admission (so it
-    # never waits on a slow upload), the tenant's cache salt, then the adapter a
-    # request's model names.
-    app.add_middleware(RequestAdapter, adapters=settings.adapter_names)
+    # never waits on a slow upload), the tenant's cache salt, then (with --lora) the
+    # adapter a request's model names.
+    if settings.adapter_names:
+        app.add_middleware(RequestAdapter, adapters=settings.adapter_names)
     app.add_middleware(CacheSalt)
     app.add_middleware(
         Admission,

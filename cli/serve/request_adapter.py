@@ -27,7 +27,7 @@ class RequestAdapter:
         self.adapters = frozenset(adapters)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.adapters or not is_generating(scope):
+        if not is_generating(scope):
             await self.app(scope, receive, send)
             return
         body = typed_body(scope)
