@@ -140,7 +140,7 @@ def serve(
             envvar="M_SERVE_LORA",
             metavar="NAME=PATH",
             rich_help_panel=MODEL,
-            help="Load a LoRA or aLoRA adapter (a PEFT directory: adapter_config.json and adapter_model.safetensors) as NAME=PATH into the local engine, for every session; repeatable. A session whose model is NAME (e.g. a request's model, routed through client_options) generates with it; GET /v1/models lists NAME. See docs/engine.md, adapters.",
+            help="Load a LoRA or aLoRA adapter (a PEFT directory: adapter_config.json and adapter_model.safetensors) as NAME=PATH into the local engine, for every session; repeatable. GET /v1/models lists NAME; a request whose model is NAME runs with it (the program's local sessions that pick no adapter themselves generate with it) and its reply's model is NAME. A session started with model_id=NAME generates with it always. See docs/serve.md (requests) and docs/engine.md (adapters).",
         ),
     ] = None,
     kv_cache_memory: Annotated[

@@ -25,6 +25,7 @@ from cli.serve.limits import BodyReader, WriteDeadline
 from cli.serve.observability import RequestContext, ServerMetrics
 from cli.serve.program import Program
 from cli.serve.reload import watch_program
+from cli.serve.request_adapter import RequestAdapter
 from cli.serve.responses_routes import open_responses_store
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import CacheSalt
@@ -130,7 +131,10 @@ def create_app(
     app.state.draining = False
     # Added innermost first: requests pass RequestContext, the Host check, CORS, auth,
     # the write deadline, the body reader (size and time limits), then admission (so it
-    # never waits on a slow upload), then the tenant's cache salt.
+    # never waits on a slow upload), the tenant's cache salt, then (with --lora) the
+    # adapter a request's model names.
+    if settings.adapter_names:
+        app.add_middleware(RequestAdapter, adapters=settings.adapter_names)
     app.add_middleware(CacheSalt)
     app.add_middleware(
         Admission,

@@ -13,6 +13,7 @@ from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.offload import run_request_work
 from cli.serve.program import Program
 from cli.serve.reply_parsers import reply_parser
+from cli.serve.request_adapter import reply_model
 from mellea.serve.chat.arguments import serve_arguments
 from mellea.serve.chat.reply import ChatReply, ChatReplyContext
 from mellea.serve.options import choice_options
@@ -33,7 +34,7 @@ async def chat_completions(
     schema = body.response_format is not None and body.response_format.type == "json_schema"
     args = await run_request_work(request, schema, serve_arguments, body)
     per_choice = choice_options(args.model_options, body.n or 1)
-    context = ChatReplyContext.of(body, settings.served_model_name)
+    context = ChatReplyContext.of(body, reply_model(settings))
     reply = ChatReply(context, [reply_parser(settings, body) for _ in per_choice])
     program: Program = state.program
     calls = [program.call(replace(args, model_options=o)) for o in per_choice]

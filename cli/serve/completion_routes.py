@@ -10,6 +10,7 @@ from fastapi.responses import Response
 from cli.serve.event_stream import as_response
 from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.program import Program
+from cli.serve.request_adapter import reply_model
 from mellea.serve.completions.objects import Completion
 from mellea.serve.completions.reply import TextContext, TextReply
 from mellea.serve.completions.request import CompletionRequest, completion_options
@@ -26,7 +27,7 @@ async def completions(body: CompletionRequest, request: Request) -> Completion |
     options, n = completion_options(body), body.n or 1
     prompts = [prompt for prompt in body.prompts() for _ in range(n)]
     per_choice = choice_options(options, n) * (len(prompts) // n)
-    reply = TextReply(TextContext.of(body, prompts, n, state.settings.served_model_name))
+    reply = TextReply(TextContext.of(body, prompts, n, reply_model(state.settings)))
     program: Program = state.program
     calls = [program.complete(p, o) for p, o in zip(prompts, per_choice, strict=True)]
     return as_response(await state.runner.run(calls, reply, request.is_disconnected, started))

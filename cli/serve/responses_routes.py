@@ -18,6 +18,7 @@ from cli.serve.json_body import BoundedJsonRoute
 from cli.serve.offload import run_request_work
 from cli.serve.program import Program
 from cli.serve.reply_parsers import reply_parser
+from cli.serve.request_adapter import reply_model
 from cli.serve.settings import ServeSettings
 from cli.serve.tenancy import tenant_of
 from mellea.serve.frames import named_events
@@ -65,7 +66,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> dict[str,
     conversation = await responses.conversation(
         body, tools, functools.partial(run_request_work, request)
     )
-    response = new_response(body, tools, state.settings.served_model_name)
+    response = new_response(body, tools, reply_model(state.settings))
     reply = responses.reply(body, response, conversation, reply_parser(state.settings, body))
     program: Program = state.program
     calls = [call_truncating(program.call, conversation.arguments, body.truncation)]

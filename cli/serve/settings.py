@@ -153,6 +153,12 @@ def check_settings(settings: ServeSettings) -> None:
     if _is_database_url(settings.responses_db):
         check_responses_db(settings)
     for name, path in parse_lora(settings.lora).items():
+        if name == settings.served_model_name:
+            raise SettingsError(
+                f"--lora {name}={path}: {name!r} is the program's own name, which a request's "
+                "model selects the program by; give the adapter another name (or the program "
+                "one with --model-name)"
+            )
         for needed in ("adapter_config.json", "adapter_model.safetensors"):
             if not (Path(path) / needed).is_file():
                 raise SettingsError(

@@ -11,11 +11,13 @@ from mellea.backends.adapters.backend import AdapterMixin
 from mellea.backends.base import Backend, openai_tools, schema_hint
 from mellea.backends.cache_salt import current_cache_salt
 from mellea.backends.logprobs import TokenTexts, engine_logprobs, token_texts
+from mellea.backends.request_adapter import current_request_adapter
 from mellea.backends.runtime import Runtime, current_runtime, model_name
 from mellea.backends.tool_parsing import lift_tool_calls, tool_functions, tool_parser_name
 from mellea.core.errors import ContextLengthExceededError, RequestError
 from mellea.core.model_options import ModelOption
 from mellea.core.thunk import GenerationChunk, ModelOutputThunk
+from mellea.core.trace import ADAPTER_META
 
 if TYPE_CHECKING:
     from mellea.engine.interface import InferenceEngine
@@ -36,7 +38,10 @@ class LocalBackend(AdapterMixin, Backend):
     A ``model_id`` that names a LoRA/aLoRA adapter loaded in the runtime (``m serve
     --lora NAME=PATH``, or :meth:`load_adapter` on another session's backend) runs the
     engine that holds it, with that adapter; ``ModelOption.ADAPTER`` in a request's
-    options picks another (or, as None, the base model).
+    options picks another (or, as None, the base model). A session that picks neither
+    generates with the adapter the request being served names (``m serve``: a request
+    whose ``model`` is a ``--lora`` adapter, :mod:`mellea.backends.request_adapter`)
+    when its engine holds that adapter.
     """
 
     def __init__(
@@ -92,7 +97,7 @@ class LocalBackend(AdapterMixin, Backend):
         render = _template_args(options.get("chat_template_kwargs"), self.chat_template)
         forced_tools = _forced_tools(tools, options.get(ModelOption.TOOL_CHOICE))
         params = sampling_params(options)
-        params.adapter = options.get(ModelOption.ADAPTER, self.adapter)
+        params.adapter = self.adapter_for(options)
         params.cache_salt = current_cache_salt()
         try:
             # Rendering and tokenizing a long prompt, and turning a schema into a grammar,
@@ -124,7 +129,22 @@ class LocalBackend(AdapterMixin, Backend):
             chunks = lift_tool_calls(chunks, parser, functions, 1 if single else None)
         thunk = ModelOutputThunk.from_stream(chunks)
         thunk.meta["count_tokens"] = self.count_tokens
+        thunk.meta[ADAPTER_META] = params.adapter
         return thunk
+
+    def adapter_for(self, options: dict[str, Any]) -> str | None:
+        """The adapter a generation with these (merged) ``options`` runs with (None: the
+        base model): the one they name (``ModelOption.ADAPTER``, None included), else the
+        session's own (``model_id=NAME``), else the one the request being served names,
+        when this backend's engine holds it."""
+        if ModelOption.ADAPTER in options:
+            return options[ModelOption.ADAPTER]
+        if self.adapter is not None:
+            return self.adapter
+        requested = current_request_adapter()
+        if requested is None or requested not in (getattr(self.engine, "adapters", None) or {}):
+            return None
+        return requested
 
     def _prompt_and_grammar(
         self,

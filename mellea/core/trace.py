@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 _current: ContextVar[ProgramTrace | None] = ContextVar("mellea_program_trace", default=None)
 
 Event = dict[str, Any]
+# The key of a thunk's ``meta`` under which a backend notes the LoRA/aLoRA adapter it
+# generated with (None: the base model), for the report of the calls.
+ADAPTER_META = "adapter"
 
 
 def current_trace() -> ProgramTrace | None:
@@ -70,6 +73,12 @@ class ModelCall:
     def usage(self) -> dict[str, Any] | None:
         """The token counts the backend reported (``None`` until the call is done)."""
         return self.thunk.usage
+
+    @property
+    def adapter(self) -> str | None:
+        """The adapter the backend generated with, as it noted (None: the base model,
+        or a backend that does not say)."""
+        return self.thunk.meta.get(ADAPTER_META)
 
 
 @dataclass

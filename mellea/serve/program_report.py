@@ -8,7 +8,8 @@ complete. Its fields (all optional to a client; see docs/serve.md):
   present when the program sampled with requirements.
 - ``chunk_checks``: the verdicts on each chunk of a validated stream the program ran
   (:func:`mellea.stdlib.streaming.stream`): present when there were any.
-- ``model_calls``: every model call the program made, with its purpose and token counts.
+- ``model_calls``: every model call the program made, with its purpose, the adapter it
+  generated with (when one did) and its token counts.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def _call(call: ModelCall) -> dict[str, Any]:
         entry["attempt"] = call.attempt
     if call.requirement is not None:
         entry["requirement"] = call.requirement
+    if call.adapter is not None:
+        entry["adapter"] = call.adapter
     entry["prompt_tokens"] = int(raw.get("prompt_tokens", 0))
     entry["completion_tokens"] = int(raw.get("completion_tokens", 0))
     return entry

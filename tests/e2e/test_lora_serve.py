@@ -1,8 +1,11 @@
-"""``m serve --lora NAME=PATH``: a request whose model names the adapter gets its output."""
+"""``m serve --lora NAME=PATH``: a request whose model names the adapter gets its output,
+from a program that routes by the request's model and from one that picks no model (the
+routes, streamed and not, in-process: ``tests/unit/test_adapter_requests.py``)."""
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -11,10 +14,10 @@ import pytest
 from mellea.engine.types import SamplingParams
 from tests.engine.conftest import make_tiny_llama
 from tests.engine.test_lora import make_adapter
+from tests.lora_reference import ALORA, MAX_TOKENS, QUESTION, adapter_model
 from tests.server import PROGRAMS, serve
 
 pytestmark = pytest.mark.e2e
-QUESTION = "Name a colour."
 
 
 def expected_texts(model_dir, adapter_dir) -> dict[str | None, str]:
@@ -75,6 +78,43 @@ def test_a_request_naming_a_served_adapter_gets_its_output(tmp_path):
         assert (
             "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == want["tuned"]
         )
+
+
+def test_concurrent_clients_of_an_ordinary_program_get_the_adapter_they_name(tmp_path):
+    """A program that picks no model, on the served model: base, two LoRAs and an aLoRA
+    from concurrent clients, each reply PEFT's greedy text, its ``model`` what served it."""
+    tiny = adapter_model(tmp_path)
+    flags = ["--model", str(tiny.model_dir), "--dtype", "float32", "--no-playground"]
+    for entry in tiny.lora_flags():
+        flags += ["--lora", entry]
+    models = ["plain_session", "a1", "a2", ALORA, "gpt-4o"] * 2
+    with serve(PROGRAMS / "plain_session.py", *flags, env={"HF_HUB_OFFLINE": "1"}) as server:
+        client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0)
+
+        def ask(model: str, streamed: bool) -> tuple[str, str]:
+            messages = [{"role": "user", "content": QUESTION}]
+            greedy = {"max_tokens": MAX_TOKENS, "temperature": 0}
+            if not streamed:
+                reply = client.chat.completions.create(model=model, messages=messages, **greedy)
+                calls = reply.choices[0].model_extra["mellea"]["model_calls"]
+                used = [call.get("adapter") for call in calls]
+                assert used == [model if model in tiny.adapters else None]
+                return reply.choices[0].message.content or "", reply.model
+            chunks = list(
+                client.chat.completions.create(
+                    model=model, messages=messages, stream=True, **greedy
+                )
+            )
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            return text, chunks[0].model
+
+        with ThreadPoolExecutor(len(models)) as pool:
+            replies = list(pool.map(ask, models, [i >= 5 for i in range(len(models))]))
+    wanted = [
+        (tiny.expected[m], m) if m in tiny.adapters else (tiny.expected[None], "plain_session")
+        for m in models
+    ]
+    assert replies == wanted
 
 
 def test_a_lora_flag_without_an_adapter_there_stops_the_start(tmp_path):

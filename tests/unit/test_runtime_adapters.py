@@ -11,8 +11,12 @@ import pytest
 
 from cli.serve.settings import ServeSettings, SettingsError, check_settings, parse_lora
 from mellea.backends.local import LocalBackend
+from mellea.backends.request_adapter import request_adapter
 from mellea.backends.runtime import AdapterUnavailableError, Runtime
 from mellea.core.model_options import ModelOption
+from mellea.core.thunk import ModelOutputThunk
+from mellea.core.trace import ProgramTrace
+from mellea.serve.program_report import program_report
 from tests.unit.test_runtime import FakeEngine
 
 
@@ -46,12 +50,13 @@ def model_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def generate(backend: LocalBackend, **options: Any) -> None:
-    async def run() -> None:
+def generate(backend: LocalBackend, **options: Any) -> ModelOutputThunk:
+    async def run() -> ModelOutputThunk:
         thunk = await backend.generate([{"role": "user", "content": "hi"}], model_options=options)
         await thunk.avalue()
+        return thunk
 
-    asyncio.run(run())
+    return asyncio.run(run())
 
 
 def test_a_session_named_after_a_runtime_adapter_uses_it(model_dir: Path):
@@ -65,6 +70,56 @@ def test_a_session_named_after_a_runtime_adapter_uses_it(model_dir: Path):
     generate(base, **{ModelOption.ADAPTER: "tuned"})  # a request picks the adapter
     generate(tuned, **{ModelOption.ADAPTER: None})  # or the base model
     assert tuned.engine.asked == ["tuned", None, "tuned", None]
+
+
+def test_a_request_adapter_reaches_the_sessions_that_pick_none(model_dir: Path):
+    runtime = Runtime(engine_factory=AdapterEngine, model=str(model_dir), adapters={"a1": "/a"})
+    base = LocalBackend(runtime=runtime)
+    mine = LocalBackend(runtime=runtime)
+    mine.load_adapter("a2", "/b")
+    tuned = LocalBackend("a2", runtime=runtime)
+    with request_adapter("a1"):
+        generate(base)  # picks none: the request's
+        generate(base, **{ModelOption.ADAPTER: None})  # the call picks the base model
+        generate(base, **{ModelOption.ADAPTER: "a2"})  # or another adapter
+        generate(tuned)  # a session on an adapter keeps it
+    with request_adapter("elsewhere"):  # an adapter this engine does not hold
+        generate(base)
+    generate(base)  # no request names one
+    assert base.engine.asked == ["a1", None, "a2", "a2", None, None]
+
+
+def test_a_session_on_an_engine_without_the_adapter_keeps_its_model(tmp_path: Path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for directory in (first, second):
+        directory.mkdir()
+        (directory / "config.json").write_text("{}")
+    runtime = Runtime(engine_factory=AdapterEngine)
+    owner = LocalBackend(str(first), runtime=runtime)
+    owner.load_adapter("mine", "/m")
+    other = LocalBackend(str(second), runtime=runtime)
+    with request_adapter("mine"):
+        generate(owner)
+        generate(other)
+    assert (owner.engine.asked, other.engine.asked) == (["mine"], [None])
+
+
+def test_the_report_names_the_adapter_each_call_used(model_dir: Path):
+    runtime = Runtime(engine_factory=AdapterEngine, model=str(model_dir), adapters={"a1": "/a"})
+    base = LocalBackend(runtime=runtime)
+    with request_adapter("a1"):
+        tuned = generate(base)
+    plain = generate(base)
+
+    async def report() -> dict[str, Any] | None:
+        trace = ProgramTrace()
+        trace.model_call(tuned, "generate")
+        trace.model_call(plain, "chat")
+        return program_report(trace, plain)
+
+    calls = asyncio.run(report())["model_calls"]
+    assert [(c["purpose"], c.get("adapter")) for c in calls] == [("generate", "a1"), ("chat", None)]
+    assert "adapter" not in calls[1]  # the base model's calls look as they always did
 
 
 def test_an_adapter_a_program_loads_is_found_by_name(model_dir: Path):
@@ -97,3 +152,7 @@ def test_lora_flags_parse_and_are_checked(tmp_path: Path):
     check_settings(settings)
     assert settings.runtime().adapters == {"a": str(tmp_path)}
     assert settings.adapter_names == ["a"]
+    clash = ServeSettings(program="p.py", lora=[f"p={tmp_path}"])
+    with pytest.raises(SettingsError, match="'p' is the program's own name"):
+        check_settings(clash)
+    check_settings(ServeSettings(program="p.py", lora=[f"p={tmp_path}"], model_name="served"))
