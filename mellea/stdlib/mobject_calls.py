@@ -21,7 +21,16 @@ class ActingSession(Protocol):
 
     ctx: Context
 
-    async def aact(self, action: Any, **kwargs: Any) -> Any:
+    async def aact(
+        self,
+        action: Any,
+        *,
+        strategy: Any = None,
+        format: type | None = None,
+        model_options: dict[str, Any] | None = None,
+        tool_calls: bool = False,
+        await_result: bool = False,
+    ) -> Any:
         """Run ``action`` as one turn (see ``MelleaSession.aact``)."""
         ...
 
