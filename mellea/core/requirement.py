@@ -176,3 +176,8 @@ class Requirement(Component[str]):
         """
         del chunk, backend, ctx
         return PartialValidationResult("unknown")
+
+
+def as_requirement(item: Requirement | str) -> Requirement:
+    """Accept a plain string wherever a requirement is expected."""
+    return item if isinstance(item, Requirement) else Requirement(str(item))

@@ -4,18 +4,35 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from mellea.core.base import TemplateRepresentation
+from mellea.core.base import Context, TemplateRepresentation
 from mellea.core.model_options import ModelOption
 from mellea.core.thunk import ModelOutputThunk
+from mellea.stdlib.components.chat import ToolMessage
 from mellea.stdlib.components.mify import mify
 from mellea.stdlib.components.mobject import MObjectProtocol
 
-if TYPE_CHECKING:
-    from mellea.stdlib.session import MelleaSession
-
 log = logging.getLogger("mellea")
+
+
+class ActingSession(Protocol):
+    """What these calls use of a session (``MelleaSession`` is one): its context and ``aact``."""
+
+    ctx: Context
+
+    async def aact(
+        self,
+        action: Any,
+        *,
+        strategy: Any = None,
+        format: type | None = None,
+        model_options: dict[str, Any] | None = None,
+        tool_calls: bool = False,
+        await_result: bool = False,
+    ) -> Any:
+        """Run ``action`` as one turn (see ``MelleaSession.aact``)."""
+        ...
 
 
 def _as_mobject(obj: Any) -> Any:
@@ -34,7 +51,7 @@ def _with_tools(action: Any, options: dict[str, Any] | None) -> dict[str, Any]:
 
 
 async def aquery(
-    session: MelleaSession,
+    session: ActingSession,
     obj: Any,
     query: str,
     *,
@@ -58,7 +75,7 @@ async def aquery(
 
 
 async def atransform(
-    session: MelleaSession,
+    session: ActingSession,
     obj: Any,
     transformation: str,
     *,
@@ -71,8 +88,6 @@ async def atransform(
     calls, the first that returns the object's type, else the first) and its tool
     message joins the context; otherwise the model's answer (a thunk) is.
     """
-    from mellea.stdlib.components.chat import ToolMessage
-
     obj = _as_mobject(obj)
     action = obj.get_transform_object(transformation)
     thunk = await session.aact(

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from typing import Any, Literal
 
 from mellea.backends.base import Backend
 from mellea.core._sync import run_sync
-from mellea.core.base import CBlock, Component, GenerateLog, Span
+from mellea.core.base import CBlock, Component, GenerateLog, Span, span_text
 from mellea.core.content import user_content
 from mellea.core.model_options import ModelOption, varied_options
-from mellea.core.requirement import Requirement, ValidationResult
+from mellea.core.requirement import Requirement, ValidationResult, as_requirement
 from mellea.core.sampling import SamplingResult
 from mellea.core.thunk import ModelOutputThunk
 from mellea.core.trace import current_trace
@@ -20,16 +19,25 @@ from mellea.formatters import chat_dicts
 from mellea.plugins import hook_points
 from mellea.plugins.hook_points import ComponentRun
 from mellea.plugins.manager import deregister_session_plugins, has_plugins
+from mellea.plugins.registry import register
 from mellea.stdlib.components.chat import Message
 from mellea.stdlib.components.instruction import Instruction, render_instruction, substitute
+from mellea.stdlib.components.intrinsic.intrinsic import Intrinsic
+from mellea.stdlib.components.intrinsic.run import run_intrinsic
 from mellea.stdlib.context import Context, SimpleContext
-from mellea.stdlib.requirements import as_requirement
+from mellea.stdlib.mobject_calls import aquery, atransform
+from mellea.stdlib.requirements.adapter_check import adapter_validate
 from mellea.stdlib.sampling.base import (
     Generate,
     RejectionSamplingStrategy,
     Retry,
     SamplingStrategy,
 )
+from mellea.stdlib.start_backend import start_backend
+from mellea.stdlib.token_limit import (
+    DEFAULT_MAX_NEW_TOKENS as DEFAULT_MAX_NEW_TOKENS,  # docs/library.md names it here
+)
+from mellea.stdlib.token_limit import default_max_new_tokens, with_default_limit
 
 
 class _Default:
@@ -42,11 +50,6 @@ class _Default:
 DEFAULT: Any = _Default()
 RETRY_TEMPERATURE = 0.7
 JUDGE_OPTIONS = {ModelOption.TEMPERATURE: 0.0, ModelOption.MAX_NEW_TOKENS: 8}
-# New tokens a local generation may make when neither the call nor the session names a
-# limit (MELLEA_MAX_NEW_TOKENS overrides it; 0 lifts it): the bundled model, decoding
-# greedily, can repeat itself up to its 8192-token context otherwise.
-DEFAULT_MAX_NEW_TOKENS = 1024
-_MAX_TOKEN_KEYS = (ModelOption.MAX_NEW_TOKENS, "max_tokens", "max_completion_tokens")
 
 
 def start_session(
@@ -68,8 +71,6 @@ def start_session(
     or ``"chat"``) is shorthand for ``ctx``. ``plugins`` (hook functions, ``Plugin``
     instances, ``PluginSet`` s) fire while the session lives, until its cleanup.
     """
-    from mellea.stdlib.start_backend import start_backend
-
     session_id = str(uuid.uuid4())
     if has_plugins():
         context_name = type(ctx).__name__ if ctx is not None else _context_name(context_type)
@@ -88,8 +89,6 @@ def start_session(
     )
     session = MelleaSession(backend, ctx=ctx, model_options=model_options, session_id=session_id)
     if plugins:
-        from mellea.plugins.registry import register
-
         register(plugins, session_id=session.id)
     if has_plugins():
         run_sync(hook_points.session_post_init(session))
@@ -361,8 +360,6 @@ class MelleaSession:
 
     async def aquery(self, obj: Any, query: str, **kwargs: Any) -> ModelOutputThunk:
         """Async :meth:`query` (uncomputed unless ``await_result=True``)."""
-        from mellea.stdlib.mobject_calls import aquery
-
         return await aquery(self, obj, query, **kwargs)
 
     def transform(self, obj: Any, transformation: str, **kwargs: Any) -> Any:
@@ -371,8 +368,6 @@ class MelleaSession:
 
     async def atransform(self, obj: Any, transformation: str, **kwargs: Any) -> Any:
         """Async :meth:`transform`."""
-        from mellea.stdlib.mobject_calls import atransform
-
         return await atransform(self, obj, transformation, **kwargs)
 
     # -- chat ------------------------------------------------------------------
@@ -521,7 +516,6 @@ class MelleaSession:
     ) -> ValidationResult | None:
         """The verdict of the backend's checking adapter, when one checks ``requirement``
         (see :mod:`mellea.stdlib.requirements.adapter_check`)."""
-        from mellea.stdlib.requirements.adapter_check import adapter_validate
 
         async def generate(messages: list[dict[str, Any]], options: dict[str, Any]) -> Any:
             judge = await hook_points.generate(
@@ -547,8 +541,6 @@ class MelleaSession:
 
     async def _run_intrinsic(self, run: ComponentRun) -> ModelOutputThunk:
         """An ``Intrinsic`` action: its adapter's result, recorded as one turn."""
-        from mellea.stdlib.components.intrinsic.run import run_intrinsic
-
         before = self.ctx
 
         async def generate(messages: list[dict[str, Any]], options: dict[str, Any]) -> Any:
@@ -584,10 +576,7 @@ class MelleaSession:
     def _call_options(self, model_options: dict[str, Any] | None) -> dict[str, Any]:
         """The session's options updated by the call's, with the local default token limit."""
         options = ModelOption.merge_model_options(self.model_options, model_options)
-        limit = self._default_max_new_tokens
-        if limit and all(options.get(key) is None for key in _MAX_TOKEN_KEYS):
-            options[ModelOption.MAX_NEW_TOKENS] = limit
-        return options
+        return with_default_limit(options, self._default_max_new_tokens)
 
     def _messages_for(
         self, text: str | list[dict[str, Any]], options: dict[str, Any], role: str = "user"
@@ -645,8 +634,6 @@ class MelleaSession:
 
     def _render(self, action: Component | CBlock) -> str:
         """The user message text an action becomes."""
-        from mellea.core.base import span_text
-
         return span_text(action)
 
     def _record(self, action: Span, thunk: ModelOutputThunk) -> None:
@@ -656,30 +643,7 @@ class MelleaSession:
 
 def _is_intrinsic(action: Any) -> bool:
     """Whether ``action`` is an adapter function to run (a requirement is checked, not run)."""
-    from mellea.stdlib.components.intrinsic.intrinsic import Intrinsic
-
     return isinstance(action, Intrinsic) and not isinstance(action, Requirement)
-
-
-def default_max_new_tokens(backend: Backend) -> int | None:
-    """The new-token limit a session on ``backend`` applies when a call names none.
-
-    :data:`DEFAULT_MAX_NEW_TOKENS` for the local engine (``MELLEA_MAX_NEW_TOKENS``
-    replaces it, ``0`` meaning none); ``None`` for remote backends, whose servers
-    keep their own defaults.
-    """
-    from mellea.backends.local import LocalBackend
-
-    if not isinstance(backend, LocalBackend):
-        return None
-    setting = os.environ.get("MELLEA_MAX_NEW_TOKENS", "").strip()
-    if not setting:
-        return DEFAULT_MAX_NEW_TOKENS
-    try:
-        value = int(setting)
-    except ValueError:
-        raise ValueError(f"MELLEA_MAX_NEW_TOKENS must be a whole number, not {setting!r}") from None
-    return value if value > 0 else None
 
 
 def _parse_into(action: Any, thunk: ModelOutputThunk) -> None:

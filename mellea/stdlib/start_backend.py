@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from mellea.backends.base import Backend
+from mellea.backends.registry import create_backend
 from mellea.core.base import Context
 from mellea.stdlib.context import ChatContext, SimpleContext
 
@@ -30,8 +31,6 @@ def start_backend(
     **backend_kwargs: Any,
 ) -> tuple[Context, Backend]:
     """``(context, backend)`` as ``start_session`` would build them (same arguments)."""
-    from mellea.backends.registry import create_backend
-
     context = resolve_context(ctx, context_type)
     backend = create_backend(backend_name, model_id, model_options=model_options, **backend_kwargs)
     return context, backend

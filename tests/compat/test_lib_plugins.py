@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import mellea.stdlib.session as session_module
 import mellea.stdlib.start_backend as start_backend_module
 from mellea import start_session
 from mellea.backends.runtime import Runtime
@@ -59,7 +60,8 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> list[ScriptedBackend]:
         made[-1].asked = {"name": name, "model_id": model_id, "model_options": model_options}
         return start_backend_module.resolve_context(ctx, context_type), made[-1]
 
-    monkeypatch.setattr(start_backend_module, "start_backend", fake)
+    # where start_session looks it up (session.py imports it at the top)
+    monkeypatch.setattr(session_module, "start_backend", fake)
     return made
 
 

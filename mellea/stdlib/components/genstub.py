@@ -24,9 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints
 
+from pydantic import Field, create_model
+
+from mellea.core._sync import run_sync
 from mellea.core.base import CBlock, Component, Context, Span
-from mellea.core.requirement import Requirement, ValidationResult
+from mellea.core.requirement import Requirement, ValidationResult, as_requirement
 from mellea.core.thunk import ModelOutputThunk
+from mellea.stdlib.session import MelleaSession
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -57,8 +61,6 @@ _RESERVED = {f.name for f in fields(_Extracted)} - {"f_kwargs"}
 
 def create_response_format(func: Callable[..., Any]) -> type:
     """A pydantic model ``{"result": <return annotation>}`` for ``func``'s output."""
-    from pydantic import Field, create_model
-
     try:
         return_type = get_type_hints(func).get("return", Any)
     except Exception:  # an annotation only importable under TYPE_CHECKING
@@ -135,8 +137,6 @@ class GenerativeStub(Component[R], Generic[P, R]):
 
     def _prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, _Extracted]:
         """Split mellea's arguments from the function's and bind a copy of the stub."""
-        from mellea.stdlib.requirements import as_requirement
-
         extracted = _extract(args, kwargs)
         try:
             bound = inspect.signature(self._func).bind(**extracted.f_kwargs)
@@ -152,8 +152,6 @@ class GenerativeStub(Component[R], Generic[P, R]):
         return stub, extracted
 
     async def _arun(self, stub: GenerativeStub[P, R], extracted: _Extracted) -> Any:
-        from mellea.stdlib.session import MelleaSession
-
         session = extracted.m or MelleaSession(extracted.backend, ctx=extracted.context)
         if stub.precondition_requirements:
             results = await session.avalidate(
@@ -181,8 +179,6 @@ class SyncGenerativeStub(GenerativeStub[P, R]):
     """A generative function called synchronously: ``fn(m, arg=...)`` returns the value."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from mellea.core._sync import run_sync
-
         stub, extracted = self._prepare(args, kwargs)
         return run_sync(self._arun(stub, extracted))
 
@@ -204,8 +200,6 @@ def generative(func: Callable[P, R]) -> GenerativeStub[P, R]:
 
 def _extract(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Extracted:
     """Read ``(m, ...)`` or ``(context, backend, ...)`` and mellea's keyword options."""
-    from mellea.stdlib.session import MelleaSession
-
     kwargs = dict(kwargs)
     extracted = _Extracted()
     positional = list(args)

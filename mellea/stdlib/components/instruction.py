@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mellea.core.base import CBlock, Component, Span
-from mellea.core.requirement import Requirement
+from mellea.core.requirement import Requirement, as_requirement
 from mellea.core.thunk import ModelOutputThunk
 
 
@@ -28,8 +28,6 @@ class Instruction(Component[str]):
         images: list[Any] | None = None,
         audio: list[Any] | None = None,
     ) -> None:
-        from mellea.stdlib.requirements import as_requirement
-
         self._description = str(description) if description is not None else ""
         self._requirements = [as_requirement(r) for r in requirements or []]
         self._icl_examples = [str(e) for e in icl_examples or []]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 from mellea.core.base import Context
 from mellea.core.requirement import Requirement, ValidationResult
@@ -171,8 +172,6 @@ def python_code_generation_requirements(
     if output_limit_chars <= 0:
         raise ValueError(f"output_limit_chars must be positive, got {output_limit_chars}")
     tier: ExecutionTier = "local" if use_sandbox else "static"  # ours: our sandbox, not Docker
-    from dataclasses import replace
-
     policy = replace(LOCAL_POLICY, timeout=timeout_seconds) if use_sandbox else None
     reqs: list[Requirement] = [
         PythonCodeExtraction(),

@@ -28,6 +28,11 @@ from mellea.core.base import Context
 from mellea.core.model_options import ModelOption
 from mellea.core.requirement import Requirement, ValidationResult
 from mellea.core.thunk import ModelOutputThunk
+from mellea.stdlib.components.chat import Message
+from mellea.stdlib.components.intrinsic._util import coerce_documents
+from mellea.stdlib.components.intrinsic.rag import afind_citations
+from mellea.stdlib.components.intrinsic.run import conversation
+from mellea.stdlib.context import ChatContext
 
 log = logging.getLogger("mellea")
 
@@ -68,8 +73,6 @@ class GroundednessRequirement(Requirement):
         max_new_tokens: int = 500,
         description: str | None = None,
     ) -> None:
-        from mellea.stdlib.components.intrinsic._util import coerce_documents
-
         self.allow_partial_support = allow_partial_support
         self.max_new_tokens = max_new_tokens
         self.documents = coerce_documents(documents) if documents is not None else None
@@ -105,8 +108,6 @@ class GroundednessRequirement(Requirement):
             )
         if not response.strip():
             return ValidationResult(True, reason="Empty response is considered grounded")
-        from mellea.stdlib.components.intrinsic.rag import afind_citations
-
         try:
             citations = await afind_citations(response, documents, before, backend)
         except Exception as exc:
@@ -126,8 +127,6 @@ class GroundednessRequirement(Requirement):
         self, backend: Any, before: Context, prompt: str, schema: dict[str, Any]
     ) -> list[dict[str, Any]]:
         """One model judgment, as JSON matching ``schema``."""
-        from mellea.stdlib.components.intrinsic.run import conversation
-
         messages, _ = conversation(before)
         options = {
             ModelOption.TEMPERATURE: 0.0,
@@ -278,9 +277,6 @@ def response_spans(response: str, citations: list[dict[str, Any]]) -> list[dict[
 def _last_answer(ctx: Context) -> tuple[str, list[Any], Context] | str:
     """The last answer's text, its message's documents and the context before it; or
     why there is none."""
-    from mellea.stdlib.components.chat import Message
-    from mellea.stdlib.context import ChatContext
-
     items = ctx.as_list(1)
     if not items:
         return "Context is empty, cannot validate groundedness"

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
 from typing import Any
 
+from mellea.backends.adapters.results import AdapterSchemaMismatchError
 from mellea.core.requirement import (
     Requirement,
     ValidationFn,
     ValidationResult,
+    as_requirement,
     default_output_to_bool,
 )
 from mellea.stdlib.components.intrinsic.intrinsic import Intrinsic
@@ -50,11 +54,6 @@ def _last_output_text(ctx: Context) -> str:
     return ctx.last_turn_text() or ""
 
 
-def as_requirement(item: Requirement | str) -> Requirement:
-    """Accept a plain string wherever a requirement is expected."""
-    return item if isinstance(item, Requirement) else Requirement(str(item))
-
-
 reqify = as_requirement  # upstream's name
 
 
@@ -68,11 +67,28 @@ def requirement_check_to_bool(x: Any) -> bool:
     """Read a requirement-check adapter's JSON (``{"requirement_check": {"score": s}}``):
     true when ``s`` is above 0.5. Another shape, or a score outside [0, 1], is an
     :class:`~mellea.backends.adapters.AdapterSchemaMismatchError`."""
-    import json
-
-    from mellea.stdlib.components.intrinsic.core import requirement_score
-
     return requirement_score(json.loads(x.value if hasattr(x, "value") else str(x))) > 0.5
+
+
+def requirement_score(result: Any) -> float:
+    """The score of a requirement-check result, checked: a finite number in [0, 1]."""
+    check = result.get("requirement_check") if isinstance(result, dict) else None
+    if not isinstance(check, dict):
+        keys = frozenset(result) if isinstance(result, dict) else frozenset()
+        raise AdapterSchemaMismatchError(
+            "requirement-check", keys, frozenset({"requirement_check"})
+        )
+    score = check.get("score")
+    if (
+        not isinstance(score, int | float)
+        or isinstance(score, bool)
+        or not math.isfinite(score)
+        or not 0.0 <= score <= 1.0
+    ):
+        raise AdapterSchemaMismatchError(
+            "requirement-check", frozenset(check), frozenset({"score"})
+        )
+    return float(score)
 
 
 class ALoraRequirement(Requirement, Intrinsic):
@@ -105,5 +121,6 @@ __all__ = [
     "req",
     "reqify",
     "requirement_check_to_bool",
+    "requirement_score",
     "simple_validate",
 ]

@@ -9,8 +9,12 @@ from typing import Any
 
 from mellea.backends.adapters.catalog import AdapterType
 from mellea.backends.adapters.results import AdapterSchemaMismatchError
-from mellea.core.base import CBlock, Component, Context
+from mellea.core._sync import run_sync
+from mellea.core.base import CBlock, Component, Context, span_text
 from mellea.core.thunk import ModelOutputThunk
+from mellea.stdlib import functional as mfuncs
+from mellea.stdlib.components.chat import Message
+from mellea.stdlib.components.docs import Document
 from mellea.stdlib.components.intrinsic.intrinsic import Intrinsic
 
 Contract = Callable[[str], dict[str, Any]]
@@ -33,8 +37,6 @@ def call_intrinsic(
     when given, else it is ``json.loads``'d. From async code, await
     :func:`acall_intrinsic`.
     """
-    from mellea.core._sync import run_sync
-
     return run_sync(
         acall_intrinsic(
             intrinsic_name,
@@ -57,8 +59,6 @@ async def acall_intrinsic(
     io_contract: Contract | None = None,
 ) -> dict[str, Any]:
     """Async :func:`call_intrinsic`."""
-    from mellea.stdlib import functional as mfuncs
-
     _assert_context_forwards_history(intrinsic_name, context)
     intrinsic = Intrinsic(
         intrinsic_name,
@@ -120,7 +120,7 @@ def _assert_context_forwards_history(intrinsic_name: str, context: Context) -> N
         )
 
 
-def _resolve_question(
+def resolve_question(
     question: str | None, context: Context, backend: Any = None
 ) -> tuple[str, Context]:
     """``(question, context)``; with no question, the last turn's input and the
@@ -128,8 +128,6 @@ def _resolve_question(
     del backend
     if question is not None:
         return question, context
-    from mellea.core.base import span_text
-
     turn = context.last_turn()
     if turn is None or turn.model_input is None:
         raise ValueError("question is None and the context has no last turn with an input")
@@ -144,10 +142,8 @@ def _resolve_question(
     return span_text(item), previous
 
 
-def _extract_last_response(context: Context) -> tuple[str, Context]:
+def extract_last_response(context: Context) -> tuple[str, Context]:
     """The last assistant response's text and the context before it."""
-    from mellea.stdlib.components.chat import Message
-
     turn = context.last_turn()
     if turn is None:
         raise ValueError("the context is empty: there is no assistant response to read")
@@ -168,18 +164,16 @@ def _extract_last_response(context: Context) -> tuple[str, Context]:
     return text, previous
 
 
-def _resolve_response(response: str | None, context: Context) -> tuple[str, Context]:
+def resolve_response(response: str | None, context: Context) -> tuple[str, Context]:
     """``(response, context)``; with no response, the last assistant turn's text and
     the context before it."""
     if response is not None:
         return response, context
-    return _extract_last_response(context)
+    return extract_last_response(context)
 
 
 def coerce_documents(documents: Iterable[Any], auto_doc_id: bool = True) -> list[Any]:
     """Strings become ``Document`` s (numbered ``"0"``, ``"1"``, ... when ``auto_doc_id``)."""
-    from mellea.stdlib.components.docs import Document
-
     result = []
     for index, doc in enumerate(documents):
         if isinstance(doc, Document):
@@ -194,5 +188,8 @@ __all__ = [
     "call_intrinsic",
     "coerce_documents",
     "dict_contract",
+    "extract_last_response",
     "list_contract",
+    "resolve_question",
+    "resolve_response",
 ]

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any, cast
 
-from mellea.backends.adapters.results import AdapterSchemaMismatchError
 from mellea.core.base import Context
+from mellea.stdlib.components.chat import Message
 from mellea.stdlib.components.intrinsic._util import (
-    _resolve_response,
     call_intrinsic,
     coerce_documents,
+    resolve_response,
 )
+from mellea.stdlib.requirements.requirement import requirement_score
 
 
 def check_certainty(context: Context, backend: Any, model_options: dict | None = None) -> float:
@@ -41,27 +41,6 @@ def requirement_check(
     return requirement_score(result)
 
 
-def requirement_score(result: Any) -> float:
-    """The score of a requirement-check result, checked: a finite number in [0, 1]."""
-    check = result.get("requirement_check") if isinstance(result, dict) else None
-    if not isinstance(check, dict):
-        keys = frozenset(result) if isinstance(result, dict) else frozenset()
-        raise AdapterSchemaMismatchError(
-            "requirement-check", keys, frozenset({"requirement_check"})
-        )
-    score = check.get("score")
-    if (
-        not isinstance(score, int | float)
-        or isinstance(score, bool)
-        or not math.isfinite(score)
-        or not 0.0 <= score <= 1.0
-    ):
-        raise AdapterSchemaMismatchError(
-            "requirement-check", frozenset(check), frozenset({"score"})
-        )
-    return float(score)
-
-
 def find_context_attributions(
     response: str | None,
     documents: Iterable[Any],
@@ -73,9 +52,7 @@ def find_context_attributions(
     sentence of ``response`` (default: the last assistant answer), as records with
     ``response_begin``/``end``/``text``, ``attribution_doc_id``,
     ``attribution_msg_index`` and ``attribution_begin``/``end``/``text``."""
-    from mellea.stdlib.components.chat import Message
-
-    response, context = _resolve_response(response, context)
+    response, context = resolve_response(response, context)
     docs = coerce_documents(documents, auto_doc_id=False)
     result = call_intrinsic(
         "context-attribution",

@@ -14,11 +14,12 @@ from typing import Any, cast
 
 from mellea.backends.adapters.results import AdapterSchemaMismatchError
 from mellea.core.base import Context
+from mellea.stdlib.components.chat import Message
 from mellea.stdlib.components.intrinsic._util import (
-    _extract_last_response,
     call_intrinsic,
     coerce_documents,
     dict_contract,
+    extract_last_response,
 )
 
 log = logging.getLogger("mellea")
@@ -242,9 +243,7 @@ def factuality_correction(
 
 def _inject_documents(context: Context, documents: Iterable[Any]) -> Context:
     """``context`` with ``documents`` on its last assistant turn."""
-    from mellea.stdlib.components.chat import Message
-
-    text, previous = _extract_last_response(context)
+    text, previous = extract_last_response(context)
     return previous.add(Message("assistant", text, documents=coerce_documents(documents)))
 
 

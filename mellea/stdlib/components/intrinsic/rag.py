@@ -6,15 +6,17 @@ import warnings
 from collections.abc import Iterable
 from typing import Any, cast
 
+from mellea.core._sync import run_sync
 from mellea.core.base import Context
+from mellea.stdlib.components.chat import Message
 from mellea.stdlib.components.intrinsic._util import (
-    _resolve_question,
-    _resolve_response,
     acall_intrinsic,
     call_intrinsic,
     coerce_documents,
     dict_contract,
     list_contract,
+    resolve_question,
+    resolve_response,
 )
 
 _CITATION_KEYS = (
@@ -36,8 +38,6 @@ _HALLUCINATION_KEYS = (
 
 
 def _user_turn(context: Context, question: str, documents: Iterable[Any] | None = None) -> Context:
-    from mellea.stdlib.components.chat import Message
-
     docs = coerce_documents(documents) if documents is not None else None
     return context.add(Message("user", question, documents=docs))
 
@@ -52,7 +52,7 @@ def check_answerability(
 ) -> str:
     """Whether ``documents`` can answer ``question`` (default: the last user turn):
     ``"answerable"`` or ``"unanswerable"`` (``answerability`` adapter)."""
-    question, context = _resolve_question(question, context, backend)
+    question, context = resolve_question(question, context, backend)
     result = call_intrinsic(
         "answerability",
         _user_turn(context, question, documents),
@@ -68,7 +68,7 @@ def rewrite_question(
 ) -> str:
     """``question`` (default: the last user turn) rewritten to stand on its own, for a
     retriever (``query_rewrite`` adapter)."""
-    question, context = _resolve_question(question, context, backend)
+    question, context = resolve_question(question, context, backend)
     result = call_intrinsic(
         "query_rewrite",
         _user_turn(context, question),
@@ -89,7 +89,7 @@ def clarify_query(
 ) -> str:
     """A clarifying question for an ambiguous ``question``, or ``"CLEAR"`` when none
     is needed (``query_clarification`` adapter)."""
-    question, context = _resolve_question(question, context, backend)
+    question, context = resolve_question(question, context, backend)
     result = call_intrinsic(
         "query_clarification",
         _user_turn(context, question, documents),
@@ -111,8 +111,6 @@ def find_citations(
     """The sentences of ``documents`` that support each sentence of ``response``
     (default: the last assistant answer), as records with ``response_begin``/``end``/
     ``text`` and ``citation_doc_id``/``begin``/``end``/``text`` (``citations`` adapter)."""
-    from mellea.core._sync import run_sync
-
     return run_sync(
         afind_citations(response, documents, context, backend, model_options=model_options)
     )
@@ -127,9 +125,7 @@ async def afind_citations(
     model_options: dict | None = None,
 ) -> list[dict]:
     """Async :func:`find_citations` (ours)."""
-    from mellea.stdlib.components.chat import Message
-
-    response, context = _resolve_response(response, context)
+    response, context = resolve_response(response, context)
     docs = coerce_documents(documents, auto_doc_id=False)
     result = await acall_intrinsic(
         "citations",
@@ -157,7 +153,7 @@ def check_context_relevance(
         DeprecationWarning,
         stacklevel=2,
     )
-    question, context = _resolve_question(question, context, backend)
+    question, context = resolve_question(question, context, backend)
     (doc,) = coerce_documents([document])
     result = call_intrinsic(
         "context_relevance",
@@ -181,9 +177,7 @@ def flag_hallucinated_content(
     """Each sentence of ``response`` (default: the last assistant answer) with its
     ``faithfulness`` to ``documents`` and an ``explanation``
     (``hallucination_detection`` adapter)."""
-    from mellea.stdlib.components.chat import Message
-
-    response, context = _resolve_response(response, context)
+    response, context = resolve_response(response, context)
     result = call_intrinsic(
         "hallucination_detection",
         context.add(Message("assistant", response, documents=coerce_documents(documents))),

@@ -18,6 +18,8 @@ from mellea.backends.adapters.results import process_output
 from mellea.core.base import Context, Span
 from mellea.core.model_options import ModelOption
 from mellea.core.thunk import ModelOutputThunk
+from mellea.formatters import chat_dicts
+from mellea.stdlib.components.chat import Message
 from mellea.stdlib.components.intrinsic.intrinsic import Intrinsic
 
 Generate = Callable[[list[dict[str, Any]], dict[str, Any]], Awaitable[ModelOutputThunk]]
@@ -35,9 +37,6 @@ def adapter_for(backend: Any, intrinsic: Intrinsic) -> Adapter:
 def conversation(ctx: Context, system_prompt: str | None = None) -> tuple[list[dict], list[dict]]:
     """The context as chat messages, and the documents its messages carry
     (``{"doc_id", "text"}``, numbered from 0 where a document has no id)."""
-    from mellea.formatters import chat_dicts
-    from mellea.stdlib.components.chat import Message
-
     messages: list[dict[str, Any]] = []
     documents: list[dict[str, str]] = []
     if system_prompt:

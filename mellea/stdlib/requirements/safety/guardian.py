@@ -14,6 +14,7 @@ from typing import Any, Literal
 from mellea.core.backend import Backend
 from mellea.core.base import Context
 from mellea.core.requirement import Requirement, ValidationResult
+from mellea.stdlib.components.chat import as_generic_chat_history
 
 log = logging.getLogger("mellea")
 
@@ -113,8 +114,6 @@ class GuardianCheck(Requirement):
         return GuardianRisk.get_available_risks()
 
     def _question(self, ctx: Context) -> str | None:
-        from mellea.stdlib.components.chat import as_generic_chat_history
-
         history = as_generic_chat_history(ctx)
         if not history:
             return None
