@@ -26,6 +26,8 @@ ALLOWED_REASONS = {
     "docling is installed": "optional package installed (the test is of life without it)",
     "no user/network namespaces here": "operating system lacks a feature",
     "opt-in: make test-gemma3": "opt-in",
+    "set M_PLAYGROUND_SCREENSHOT=PATH to regenerate": "opt-in",
+    "set MELLEA_UPSTREAM_GIT to a git copy of upstream": "opt-in",
 }
 
 NOT_ALLOWED = [
