@@ -54,7 +54,7 @@ cross:
 test: install browser services cross
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -rs
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not model and not e2e and not slow and not services"

@@ -370,7 +370,7 @@ def compare_huge_pages(model: str | None, weights: str, batches: list[int], step
     from mellea.engine import huge_pages
 
     def plain() -> ModelRunner:
-        with mock.patch.object(huge_pages, "move_to_huge_pages", lambda model: 0):
+        with mock.patch.object(huge_pages, "thp_mode", lambda: "never"):  # the mover idles
             return make_runner(max(batches), 320, 16, weights, model)
 
     runners = {"plain": plain(), "huge": make_runner(max(batches), 320, 16, weights, model)}

@@ -1,4 +1,5 @@
-"""Session-wide services the tests start on demand: a real PostgreSQL on loopback."""
+"""Session-wide services the tests start on demand (a real PostgreSQL on loopback), and
+the check that every skip of a run is one tests/skip_policy.py allows."""
 
 from __future__ import annotations
 
@@ -8,14 +9,20 @@ from collections.abc import Iterator
 import pytest
 
 from tests.services import Postgres, ServiceUnavailable, postgres
+from tests.skip_policy import SERVICE_PREFIX, SkipChecker, in_ci
 
 
 def missing_service(reason: str) -> None:
     """Skip a test whose service cannot start here, but fail it in CI (``CI=true``):
     CI installs the services, so a skip there would hide a broken set-up."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if in_ci():
         pytest.fail(f"{reason} (CI is set, so this fails instead of skipping)")
-    pytest.skip(reason)
+    pytest.skip(SERVICE_PREFIX + reason)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every skip of the run goes through tests/skip_policy.py's check."""
+    config.pluginmanager.register(SkipChecker(ci=in_ci()), "skip-checker")
 
 
 @pytest.fixture(scope="session")

@@ -183,11 +183,3 @@ def _copy_bytes(dest: torch.Tensor, source: torch.Tensor) -> None:
     """``dest`` = ``source`` (same size, contiguous) on this thread alone: numpy's copy
     lets go of the GIL and starts no OpenMP team."""
     np.copyto(dest.view(-1).view(torch.uint8).numpy(), source.view(-1).view(torch.uint8).numpy())
-
-
-def move_to_huge_pages(model: nn.Module, smallest: int = HUGE_PAGE) -> int:
-    """Move every CPU buffer and parameter of ``model`` of at least ``smallest`` bytes
-    into huge-page memory (see :class:`HugePageMover`); returns the bytes moved (0 where
-    the kernel gives no huge pages on request). Call it before anything keeps
-    references to the weights (the fused decode plan)."""
-    return HugePageMover(smallest).finish(model)

@@ -96,13 +96,6 @@ def with_calls(usage: Usage | None, calls: list[dict[str, Any]]) -> Usage | None
     return total
 
 
-def program_usage(
-    trace: ProgramTrace | None, served: ModelOutputThunk, usage: Usage | None
-) -> Usage | None:
-    """One run's usage: ``usage`` (the served thunk's) plus its other calls'."""
-    return with_calls(usage, other_calls(trace, served))
-
-
 def event_object(event: dict[str, Any], index: int) -> dict[str, Any]:
     """A live trace event as the extension object of a stream chunk for choice ``index``."""
     return {**event, "index": index}

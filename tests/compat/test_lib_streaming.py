@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from mellea import plugins
 from mellea.core.requirement import PartialValidationResult, Requirement, ValidationResult
 from mellea.stdlib.chunking import (
     Chunker,
@@ -169,8 +170,7 @@ def test_instruction_shows_a_requirements_own_format_for_llm():
 
 def test_stream_events_reach_streaming_plugins():
     """With the plugin system present, ``streaming_event`` / ``streaming_end`` handlers
-    see every event, in order (skipped until mellea.plugins is merged)."""
-    plugins = pytest.importorskip("mellea.plugins")
+    see every event, in order."""
     seen: list[str] = []
     ends: list[bool] = []
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server import PROGRAMS, serve, sse_events
+from tests.server import PROGRAMS, Server, serve, sse_events
+from tests.waiting import until, until_awaited, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -20,6 +21,15 @@ CHAT = "/v1/chat/completions"
 
 def user(text: str) -> dict:
     return {"messages": [{"role": "user", "content": text}]}
+
+
+def access_records(server: Server) -> list[dict]:
+    """The server's access-log records so far, in order."""
+    return [
+        json.loads(line.split("mellea.access [", 1)[1].split("] ", 1)[1])
+        for line in server.log.splitlines()
+        if "mellea.access [" in line
+    ]
 
 
 def test_api_keys(tmp_path: Path):
@@ -45,7 +55,10 @@ def test_api_keys(tmp_path: Path):
         assert httpx.get(server.base_url + "/ready").status_code == 200
         assert httpx.get(server.base_url + "/v1/models").status_code == 401
         assert httpx.get(server.base_url + "/metrics").status_code == 401
-        time.sleep(0.2)
+        wait_for(
+            lambda: any(r["route"] == "/metrics" for r in access_records(server)),
+            "the last request's access-log line",
+        )
         assert "sk-secret-1" not in server.log and "file-key-2" not in server.log
 
 
@@ -61,12 +74,11 @@ def test_request_ids_access_log_and_metrics():
         body = {**user("x y z"), "stream": True}
         with httpx.stream("POST", url, json=body, timeout=10) as response:
             list(response.iter_lines())
-        time.sleep(0.3)
-        lines = [
-            json.loads(line.split("mellea.access [", 1)[1].split("] ", 1)[1])
-            for line in server.log.splitlines()
-            if "mellea.access [" in line
-        ]
+        wait_for(
+            lambda: sum(r["route"] == CHAT for r in access_records(server)) >= 4,
+            "the four chat requests' access-log lines",
+        )
+        lines = access_records(server)
         mine = [entry for entry in lines if entry["request_id"] == "my-id-42"]
         assert mine and mine[0]["status"] == 200 and mine[0]["completion_tokens"] == 2
         assert mine[0]["route"] == CHAT and "duration_ms" in mine[0]
@@ -140,12 +152,17 @@ def test_request_timeout(tmp_path: Path):
 def test_sigterm_lets_active_streams_finish():
     words = " ".join(f"w{i}" for i in range(30))
     with serve(PROGRAMS / "echo.py", "--shutdown-grace", "20", env={"ECHO_DELAY": "0.1"}) as server:
+        begun: list[httpx.Response] = []  # the streams that have sent their first event
 
         async def stream_one(client: httpx.AsyncClient) -> str:
             body = {**user(words), "stream": True}
             async with client.stream("POST", server.base_url + CHAT, json=body) as response:
                 assert response.status_code == 200
-                payloads = [p async for p in _aevents(response)]
+                payloads = []
+                async for payload in _aevents(response):
+                    if not payloads:
+                        begun.append(response)
+                    payloads.append(payload)
             assert payloads[-1] == "[DONE]"
             return "".join(
                 json.loads(p)["choices"][0]["delta"].get("content") or ""
@@ -153,13 +170,20 @@ def test_sigterm_lets_active_streams_finish():
                 if json.loads(p)["choices"]
             )
 
+        async def draining() -> bool:
+            try:
+                async with httpx.AsyncClient(timeout=5) as probe:
+                    return (await probe.get(server.base_url + "/ready")).status_code == 503
+            except httpx.HTTPError:
+                return True  # no longer accepting connections
+
         async def scenario():
             async with httpx.AsyncClient(timeout=60) as client:
                 streams = [asyncio.create_task(stream_one(client)) for _ in range(10)]
-                await asyncio.sleep(1.0)
+                await until(lambda: len(begun) == 10, "every stream's first event")
                 assert (await client.get(server.base_url + "/ready")).status_code == 200
                 server.process.send_signal(signal.SIGTERM)
-                await asyncio.sleep(0.5)
+                await until_awaited(draining, "the server to start draining")
                 with pytest.raises(httpx.HTTPError):
                     async with httpx.AsyncClient(timeout=5) as fresh:
                         response = await fresh.post(server.base_url + CHAT, json=user("late"))

@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import waiting
 from tests.server import serve
 
 pytestmark = pytest.mark.e2e
@@ -54,11 +55,11 @@ def test_reload_swaps_the_program_in_process(tmp_path: Path):
         first = ask(server)
         assert first.startswith("hello v1 pid=")
         pid = first.split("pid=")[1]
-        time.sleep(0.5)
+        time.sleep(0.5)  # the watcher gives no sign that it has started: time to start
         write_program(tmp_path, "v2", word="howdy")
         second = wait_for(server, lambda t: "v2" in t)
         assert second == f"howdy v2 pid={pid}", "same process, new code and new helper module"
         program.write_text("def serve(input)\n    return 'broken'\n")
-        time.sleep(2.0)
+        waiting.wait_for(lambda: "reload failed" in server.log, "the broken edit's reload")
         assert ask(server) == second, "a broken edit keeps the previous version serving"
         assert "reload failed" in server.log and "SyntaxError" in server.log

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mellea.engine.lora", reason="the engine has no LoRA support yet")
 # Only looked for here: importing peft imports Triton, which must not happen at
 # collection before tests/kernels' conftest turns Triton's interpreter on.
 if importlib.util.find_spec("peft") is None:

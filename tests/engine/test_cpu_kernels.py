@@ -359,13 +359,12 @@ def tiled_linears(rows: int, extremes: bool) -> Callable[[], list[torch.Tensor]]
 
 
 # activation rows: the row blocks of 4 and each remainder, one block or several
+@pytest.mark.parametrize("kernel_family", ["avx2"], indirect=True)
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 9, 13, 32, 33])
 def test_the_simd_families_compute_the_same_bits(kernel_family: str, rows: int) -> None:
     """AVX2 takes the AVX-512 build's roundings in the same order and its integer dot
     products are exact: the tiled linears give the same bits on both (the generic build
     only within the bound above)."""
-    if kernel_family != "avx2":
-        pytest.skip("runs under the avx2 family, against avx512-vnni")
     if not cpu_kernels.cpu_runs("avx512-vnni"):
         pytest.skip("this CPU cannot run the avx512-vnni kernels to compare with")
     each = tiled_linears(rows, extremes=True)
@@ -459,14 +458,13 @@ def test_rope_store_kv_matches_the_complex_multiply_and_index_copy(heads, kv_hea
         cpu_kernels.rope_store_kv(qkv.clone(), rope, k_cache, v_cache, slots + 100, heads, kv_heads)
 
 
+@pytest.mark.parametrize("kernel_family", ["avx2"], indirect=True)
 @pytest.mark.parametrize("dot", ["avx-vnni", "avx512vl-vnni"])
 @pytest.mark.parametrize("rows", [1, 2, 5, 8, 13])
 def test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones(kernel_family: str, dot: str, rows):
     """The AVX2 build runs its tiles on 8-lane vpdpbusd where the CPU has AVX-VNNI; the
     same code with AVX-512's encoding of that instruction runs it on an AVX-512 CPU.
     Both give vpmaddubsw's bits (the integer dot products are exact either way)."""
-    if kernel_family != "avx2":
-        pytest.skip("the AVX2 build's choice")
     flags = cpu_kernels.cpu_build.cpu_flags()
     if dot == "avx-vnni" and "avx_vnni" not in flags:
         pytest.skip("this CPU has no AVX-VNNI")

@@ -38,7 +38,10 @@ def test_int8_linear_matches_fp32_linear(rows: int):
     assert (got - exact).abs().max() <= 0.01 * exact.abs().max()
 
 
-@pytest.fixture(params=["avx512-vnni", "avx2", "generic", "no-kernels"])
+TILED_FAMILIES = ["avx512-vnni", "avx2", "generic"]
+
+
+@pytest.fixture(params=[*TILED_FAMILIES, "no-kernels"])
 def tiled(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     """Whether the quantized layers built in the test take the C++ kernels' tiled layout:
     yes under each kernel family this CPU runs (the same layout for all), no without
@@ -496,6 +499,7 @@ def _mix_in_bytes(model) -> None:
 
 @pytest.mark.parametrize("contexts", [[70], [40, 70, 9]])
 @pytest.mark.parametrize("weights", ["int4", "int8", "int4 and int8", "int4 and bytes"])
+@pytest.mark.parametrize("tiled", TILED_FAMILIES, indirect=True)  # the fused layer is C++
 def test_fused_decode_layers_match_the_layer_path_bit_for_bit(
     make_engine, contexts, weights, tiled
 ):
@@ -505,8 +509,6 @@ def test_fused_decode_layers_match_the_layer_path_bit_for_bit(
     from mellea.engine.compute_path import ComputePath
     from tests.engine.decode_batch import decode_batch
 
-    if not tiled:
-        pytest.skip("the fused layer is a C++ op")
     runner = make_engine(dtype="int8" if weights == "int8" else "int4").runner
     model = runner.model
     assert model.path is ComputePath.CPP_FUSED  # the tiny Llama qualifies

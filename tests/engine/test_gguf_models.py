@@ -411,7 +411,7 @@ def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exac
     from mellea.engine.quant import StackedLinear, quantize_rows
 
     if exact and not cpu_kernels.available():
-        pytest.skip("the byte form needs the C++ kernels")
+        pytest.skip("no C++ kernels here: the byte form needs them")
     if not exact:
         monkeypatch.setattr(weights._GGUFTensor, "has_byte_form", lambda self: False)
     if not in_cpp:
@@ -462,7 +462,7 @@ async def test_8_bit_files_serve_their_own_weights_in_int8(tiny_gguf, qtype):
     from mellea.engine.engine import Engine
 
     if not quant.byte_form_runs():
-        pytest.skip("the byte form runs on the C++ kernels")
+        pytest.skip("no C++ kernels here: the byte form runs on them")
     path = tiny_gguf("llama", qtype)
     engine = Engine(str(path), dtype="int8")
     try:

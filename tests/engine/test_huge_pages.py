@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from mellea.engine import huge_pages
-from mellea.engine.huge_pages import HUGE_PAGE, HugePageMover, move_to_huge_pages, thp_mode
+from mellea.engine.huge_pages import HUGE_PAGE, HugePageMover, thp_mode
 
 
 @pytest.mark.parametrize(
@@ -47,7 +47,7 @@ def test_weights_move_with_their_values_and_ties(monkeypatch):
     model = Tied()
     before = {name: t.clone() for name, t in model.state_dict().items()}
     pointers = {name: t.data_ptr() for name, t in model.state_dict().items()}
-    moved = move_to_huge_pages(model)
+    moved = HugePageMover().finish(model)
     after = model.state_dict()
     assert moved == (4 << 20) + (3 << 20)  # the tied table counted once
     for name, tensor in after.items():
@@ -69,7 +69,7 @@ def test_nothing_moves_where_the_kernel_gives_no_huge_pages(monkeypatch):
     monkeypatch.setattr(huge_pages, "thp_mode", lambda: "never")
     model = Tied()
     pointer = model.packed.data_ptr()
-    assert move_to_huge_pages(model) == 0
+    assert HugePageMover().finish(model) == 0
     assert model.packed.data_ptr() == pointer
 
 
@@ -189,7 +189,7 @@ def test_tables_read_by_rows_stay_where_they_are(monkeypatch):
     model.table = BlockTable(q, torch.rand(4096, 32), None, 32)
     model.layer = nn.Linear(1024, 1024, bias=False)  # 4 MiB
     table_ptr, layer_ptr = model.table.q.data_ptr(), model.layer.weight.data_ptr()
-    assert move_to_huge_pages(model) == 4 << 20
+    assert HugePageMover().finish(model) == 4 << 20
     assert model.table.q.data_ptr() == table_ptr
     assert model.layer.weight.data_ptr() != layer_ptr
     assert model.layer.weight.data_ptr() % HUGE_PAGE == 0

@@ -576,7 +576,7 @@ def test_fused_layer_adds_the_deltas_of_the_layers_path(
     runner = engine.runner
     model = runner.model
     if model.path is not ComputePath.CPP_FUSED:
-        pytest.skip("the fused layer is a C++ op")
+        pytest.skip("no C++ kernels here: the fused layer is a C++ op")
     specs = {
         "all": dict(r=4, lora_alpha=8, target_modules=ALL_TARGETS),
         "qvd": dict(
@@ -656,7 +656,7 @@ def test_prompt_chunks_through_lora_add_equal_the_fp32_hooks(
     engine = make_engine(dtype=dtype, block_size=BLOCK_SIZE)
     runner, model, adapters = engine.runner, engine.runner.model, engine.runner.adapters
     if not model.path.cpp:
-        pytest.skip("lora_add is a C++ op")
+        pytest.skip("no C++ kernels here: lora_add is a C++ op")
     specs = {
         "all": dict(r=4, lora_alpha=8, target_modules=ALL_TARGETS),
         "qvd": dict(

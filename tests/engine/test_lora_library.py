@@ -1,9 +1,6 @@
 """The library's adapter path on the real engine: a random PEFT aLoRA made here, found
 under MELLEA_ADAPTERS_DIR, loaded through ``LocalBackend.load_adapter`` and run by
-``core.requirement_check`` and by a routed requirement check.
-
-Skipped until the engine has LoRA support (``mellea.engine.lora``).
-"""
+``core.requirement_check`` and by a routed requirement check."""
 
 from __future__ import annotations
 
@@ -14,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mellea.engine.lora", reason="the engine has no LoRA support yet")
 # Only looked for here: importing peft imports Triton, which must not happen before
 # tests/kernels' conftest turns Triton's interpreter on (it is loaded after this module).
 if importlib.util.find_spec("peft") is None:

@@ -132,12 +132,11 @@ def test_q4k_vnni_linear_keeps_to_the_activations_bound(kernel_family, rows):
     assert (fp16_error > bound).any()
 
 
+@pytest.mark.parametrize("kernel_family", ["avx2"], indirect=True)
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 9, 33])
 def test_every_x86_dot_product_gives_the_avx512_builds_bits(kernel_family, rows):
     """The AVX2 build's three dot products (maddubs, AVX-VNNI, AVX512-VL VNNI, where
     this CPU has them) and the AVX-512 build compute the same bits."""
-    if kernel_family != "avx2":
-        pytest.skip("runs under the avx2 family")
     if not cpu_kernels.cpu_runs("avx512-vnni"):
         pytest.skip("this CPU cannot run the avx512-vnni kernels to compare with")
     flags = cpu_kernels.cpu_build.cpu_flags()

@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from tests.server import PROGRAMS, Server, serve
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -61,10 +62,11 @@ FIGURES = Figures()
 # The /health watcher runs in a process of its own, so that the suite's own work (its
 # bursts hold this process's GIL) never shows up as the server's latency. While the
 # pause file exists (a test runs a server of its own, whose CPU load on a small
-# machine is not this server's latency) it sends no probes.
+# machine is not this server's latency) it sends no probes, and says so with the paused file.
 WATCHER = """
 import http.client, os, sys, time
 port, control, out, pause = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+paused = pause + ".ack"
 conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=5) for p in (port, control)]
 
 def probe(conn):
@@ -77,6 +79,9 @@ def probe(conn):
 with open(out, "a", buffering=1) as figures:
     while True:
         if os.path.exists(pause):
+            for conn in conns:  # the server drops idle keep-alive connections meanwhile
+                conn.close()
+            open(paused, "w").close()
             time.sleep(0.05)
             continue
         (latency, status), (control_latency, _) = probe(conns[0]), probe(conns[1])
@@ -86,12 +91,14 @@ with open(out, "a", buffering=1) as figures:
 WATCH_DIR = Path(tempfile.mkdtemp(prefix="health-watch-"))
 HEALTH_LOG = WATCH_DIR / "latencies"
 PAUSE = WATCH_DIR / "pause"
+PAUSED = WATCH_DIR / "pause.ack"  # the watcher's answer: no probe in flight
 
 
 @pytest.fixture
 def own_server() -> Iterator[None]:
+    PAUSED.unlink(missing_ok=True)
     PAUSE.touch()
-    time.sleep(0.1)  # let a probe in flight finish
+    wait_for(PAUSED.exists, "the /health watcher to finish its probe and pause")
     try:
         yield
     finally:
@@ -238,10 +245,18 @@ LONG_SECONDS = 20.0  # how long the server takes to echo LONG
 LONG = " ".join(f"w{i}" for i in range(400))  # 20 s of echo at 50 ms a word
 
 
-def _in_flight(http: httpx.Client) -> float:
+def _gauge(http: httpx.Client, name: str) -> float:
     metrics = http.get("/metrics").text
-    line = next(x for x in metrics.splitlines() if x.startswith("m_serve_requests_in_flight "))
+    line = next(x for x in metrics.splitlines() if x.startswith(f"{name} "))
     return float(line.split()[1])
+
+
+def _in_flight(http: httpx.Client) -> float:
+    return _gauge(http, "m_serve_requests_in_flight")
+
+
+def _queued(http: httpx.Client) -> float:
+    return _gauge(http, "m_serve_queue_depth")
 
 
 def _wait_idle(http: httpx.Client, timeout: float = 5.0) -> None:
@@ -301,7 +316,7 @@ def test_cancel_and_read_at_capacity(server: Server, http: httpx.Client):
     try:
         for waiter in waiters:
             waiter.start()
-        time.sleep(0.5)
+        wait_for(lambda: _queued(http) == 2, "both waiters in the queue")
         refused = FIGURES.record(http.post(CHAT, json=chat("one too many")))
         assert refused.status_code == 429
         for stream in streams:
@@ -359,13 +374,13 @@ def test_clients_leaving_the_queue_give_their_places_up(server: Server, http: ht
         for _ in range(2):  # the two queue places, taken by clients that give up
             with pytest.raises(httpx.ReadTimeout):
                 http.post(CHAT, json=chat("waiting"), timeout=0.3)
-        time.sleep(0.3)
+        wait_for(lambda: _queued(http) == 0, "the clients that gave up to leave the queue")
         later: list[httpx.Response] = []
         thread = threading.Thread(
             target=lambda: later.append(FIGURES.record(http.post(CHAT, json=chat("later"))))
         )
         thread.start()
-        time.sleep(0.3)
+        wait_for(lambda: _queued(http) == 1, "the later request in the queue")
         assert not later, "answered while every slot is taken?"
         FIGURES.record(http.post(f"/v1/responses/{streams[0].id}/cancel"))
         thread.join(timeout=10)
@@ -550,7 +565,8 @@ def test_memory_is_flat_across_a_burst(server: Server, http: httpx.Client):
 
 def test_figures(server: Server):
     """Last: no request of the whole suite got a 5xx, and /health stayed quick."""
-    time.sleep(0.2)
+    probes = len(HEALTH_LOG.read_text().splitlines())
+    wait_for(lambda: len(HEALTH_LOG.read_text().splitlines()) > probes, "one more probe")
     read_health()
     fives = [s for s in FIGURES.statuses if s >= 500]
     # What the server added over the idle control probed right after it.

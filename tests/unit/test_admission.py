@@ -10,6 +10,7 @@ from cli.serve.admission import Admission
 from cli.serve.limits import BodyReader
 from cli.serve.observability import ServerMetrics
 from cli.serve.request_body import generations, parsed_body, typed_body
+from tests.waiting import until
 
 
 def http_scope(path: str, body: bytes) -> dict:
@@ -82,15 +83,18 @@ async def test_a_request_with_n_choices_takes_n_slots():
     def chat(n: int) -> dict:
         return {"messages": [{"role": "user", "content": "hi"}], "n": n}
 
+    def queued() -> float | None:
+        return admission.metrics.registry.get_sample_value("m_serve_queue_depth")
+
     calls = [call(0, chat(2)), call(1, chat(1)), call(2, chat(1))]
-    await asyncio.sleep(0.05)
+    await until(lambda: sent[2], "the third request's answer")
     assert len(started) == 1  # n=2 holds both slots, the second waits in the queue
     assert sent[2][0]["status"] == 429  # and the queue is full
     left[1].set()  # the queued client leaves: its place is free again
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(calls[1], timeout=10)
     assert calls[1].done() and not sent[1]
     calls.append(call(3, chat(1)))
-    await asyncio.sleep(0.05)
+    await until(lambda: queued() == 1, "the fourth request in the queue")
     assert not sent[3]  # queued, not refused
     release.set()
     await asyncio.gather(*calls)

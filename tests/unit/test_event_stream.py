@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from cli.serve.event_stream import EventStreamResponse
 from mellea.serve.frames import Closing
+from tests.waiting import until
 
 SCOPE = {"type": "http", "method": "GET", "path": "/", "headers": []}
 
@@ -100,7 +101,7 @@ async def test_a_client_that_leaves_closes_the_events_and_the_call_returns():
     streaming = asyncio.create_task(
         EventStreamResponse(events())(SCOPE, client.receive, client.send)
     )
-    await asyncio.sleep(0.05)
+    await until(lambda: b"first" in client.body, "the first event sent")
     client.leave()
     await asyncio.wait_for(streaming, 2)  # returns, without raising CancelledError
     assert closed.is_set() and b"never" not in client.body
@@ -108,7 +109,10 @@ async def test_a_client_that_leaves_closes_the_events_and_the_call_returns():
 
 
 async def test_a_cancel_from_outside_still_cancels():
+    started = asyncio.Event()
+
     async def events() -> AsyncIterator[dict[str, str]]:
+        started.set()
         await asyncio.sleep(30)
         yield {"data": "never"}
 
@@ -116,7 +120,7 @@ async def test_a_cancel_from_outside_still_cancels():
     streaming = asyncio.create_task(
         EventStreamResponse(events())(SCOPE, client.receive, client.send)
     )
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(started.wait(), 2)
     streaming.cancel()  # e.g. the server shutting down
     await asyncio.wait([streaming], timeout=2)
     assert streaming.cancelled()

@@ -13,10 +13,12 @@ from tests.server import PROGRAMS
 
 # Without the driver these skip; test_response_store's PostgreSQL cases say why (and fail
 # under CI=true), through the pg_server fixture.
-psycopg = pytest.importorskip("psycopg")
-store_postgres = pytest.importorskip("mellea.serve.responses.store_postgres")
-SCHEMA_VERSION = store_postgres.SCHEMA_VERSION
-PostgresStore = store_postgres.PostgresStore
+pytest.importorskip("psycopg")
+pytest.importorskip("psycopg_pool")
+
+import psycopg
+
+from mellea.serve.responses.store_postgres import SCHEMA_VERSION, PostgresStore
 
 pytestmark = pytest.mark.services
 
