@@ -3,7 +3,7 @@
 Loads the default model once per format (all kept in memory), then, for each
 concurrency level, runs the same streaming greedy workload through every format's
 engine in turn (best of ``--rounds`` rounds, formats interleaved so a noisy
-neighbour hurts all alike). Quality: the numbers of :mod:`mellea.engine.quality`
+neighbour hurts all alike). Quality: the numbers of :mod:`tests.format_quality`
 (mean logprob of fp32's greedy continuations, agreement of greedy outputs) over its
 12 fixed prompts. Prints a table and writes ``benchmarks/results/dtypes.json``.
 
@@ -56,8 +56,8 @@ def main() -> None:
 
     import torch
 
-    from mellea.engine import quality
     from mellea.engine.engine import Engine
+    from tests import format_quality as quality
 
     formats = args.formats.split(",")
     levels = (1, 8) if args.quick else (1, 8, 32)

@@ -165,7 +165,7 @@ started = time.monotonic()
 from mellea.engine import cpu_kernels
 from mellea.engine.engine import Engine
 from mellea.engine.loader import resolve_model
-from mellea.engine.quant import resolve_format
+from mellea.engine.formats.resolve import resolve_format
 from mellea.engine.types import SamplingParams
 import torch
 

@@ -65,7 +65,7 @@ def make_runner(
 ) -> ModelRunner:
     """The engine's runner for ``model`` (a path or name; the default model when None)
     with room for ``max_seqs`` x ``max_len``, its weights in the format ``weights``
-    (:mod:`mellea.engine.quant`)."""
+    (:mod:`mellea.engine.formats`)."""
     path = resolve_model(model)
     model_cfg = ModelConfig.from_dir(path)
     blocks = max_seqs * (-(-max_len // block_size)) + 1
@@ -149,7 +149,7 @@ def q4k_form_switch(runner: ModelRunner) -> Callable[[bool], None]:
     """Give each exact Q4_K layer the fp16 form's factors as well (d * sc and -dmin * m
     rounded to fp16, tiled as they are); the returned function puts every such layer in
     the exact form (True) or the fp16 one, and plans the fused layers again."""
-    from mellea.engine.quant import Int4Linear
+    from mellea.engine.formats.linear import Int4Linear
 
     model = runner.model
     layers = [m for m in model.modules() if isinstance(m, Int4Linear) and m.q4k]
@@ -399,10 +399,10 @@ def compare_six(model: str | None, weights: str, batches: list[int], steps: int)
     turns step by step."""
     from unittest import mock
 
-    from mellea.engine import quant
+    from mellea.engine.formats import linear
 
     def plain() -> ModelRunner:
-        with mock.patch.object(quant, "six_form_runs", lambda: False):
+        with mock.patch.object(linear, "six_form_runs", lambda: False):
             return make_runner(max(batches), 320, 16, weights, model)
 
     runners = {"bytes": plain(), "six": make_runner(max(batches), 320, 16, weights, model)}

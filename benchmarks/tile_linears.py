@@ -27,14 +27,8 @@ import torch
 from gguf import GGMLQuantizationType
 
 from mellea.engine import cpu_kernels, gguf_blocks
-from mellea.engine.quant import (
-    quantize_groups,
-    quantize_rows,
-    tile_bytes,
-    tile_groups,
-    tile_q4k,
-    tile_rows,
-)
+from mellea.engine.formats.quantize import quantize_groups, quantize_rows
+from mellea.engine.formats.tiles import tile_bytes, tile_groups, tile_q4k, tile_rows
 
 
 def q6_k_bytes(n: int, k: int) -> tuple[torch.Tensor, ...]:

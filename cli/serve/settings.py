@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from mellea.backends.runtime import Runtime, StepHook
 
 SETTINGS_ENV = "M_SERVE_SETTINGS_JSON"
-# The weight formats --dtype takes (mellea.engine.quant.FORMATS, without importing torch).
+# The weight formats --dtype takes (mellea.engine.formats.resolve.FORMATS, without importing torch).
 DTYPES = ("auto", "float32", "bfloat16", "int8", "int4")
 
 
@@ -53,7 +53,7 @@ class ServeSettings:
     responses_max_age: float | None = 30 * 24 * 3600.0  # seconds; None: kept forever
     responses_max_bytes: int | None = 256 * 1024 * 1024  # records' JSON; None: no bound
     kv_cache_memory: str | None = None
-    dtype: str = "auto"  # --dtype: the local engines' weight format (mellea.engine.quant)
+    dtype: str = "auto"  # --dtype: the local engines' weight format (mellea.engine.formats)
     model: str | None = None  # --model: every local session serves this model
     chat_template: str | None = None  # a Jinja file used instead of the model's template
     lora: list[str] = field(default_factory=list)  # --lora NAME=PATH: adapters for every engine

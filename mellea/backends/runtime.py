@@ -342,7 +342,7 @@ def _placement(kwargs: dict[str, Any], path: Path) -> tuple[str, str, Any]:
     """The resolved device and weight format (``auto`` resolved), and the rest of the
     engine's arguments."""
     from mellea.engine.config import resolve_device
-    from mellea.engine.quant import resolve_format
+    from mellea.engine.formats.resolve import resolve_format
 
     device = resolve_device(kwargs.get("device"))
     fmt = resolve_format(kwargs.get("dtype"), device, path)

@@ -16,7 +16,7 @@ from mellea.engine.families import (
     UnsupportedModelError,
     family_of,
 )
-from mellea.engine.quant import compute_dtype, resolve_format
+from mellea.engine.formats.resolve import compute_dtype, resolve_format
 
 DEFAULT_CPU_KV_BYTES = 1 << 30  # 1 GiB
 DEFAULT_GPU_KV_FRACTION = 0.5  # of free device memory
@@ -198,7 +198,7 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     dtype: torch.dtype = torch.float32  # of the forward pass and the KV cache
-    weights: str = "float32"  # weight format (mellea.engine.quant): float32, bfloat16, int8
+    weights: str = "float32"  # weight format (mellea.engine.formats): float32, bfloat16, int8
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     max_model_len: int = 0  # 0: the model's max_position_embeddings
     # How the forward pass computes (mellea.engine.compute_path); None: chosen from the
@@ -215,7 +215,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """The dtype of the forward pass and KV cache for a ``dtype`` setting (a weight
-    format, see :mod:`mellea.engine.quant`): fp32 on CPU for every format but float16,
+    format, see :mod:`mellea.engine.formats`): fp32 on CPU for every format but float16,
     the format's own dtype on GPU (``None``: bf16)."""
     return compute_dtype(resolve_format(dtype, device), device)
 

@@ -31,9 +31,9 @@ from mellea.engine.config import (
     resolve_format,
 )
 from mellea.engine.constraints import Constraint
+from mellea.engine.formats.resolve import faster_opt_in
 from mellea.engine.lora import AdapterInfo, AdapterUse, LoraAdapter, load_peft_adapter
 from mellea.engine.model_runner import ModelRunner, StepInputs
-from mellea.engine.quant import faster_opt_in
 from mellea.engine.sampler import SamplingFailed
 from mellea.engine.scheduler import ScheduledBatch, Scheduler
 from mellea.engine.sequence import Sequence

@@ -197,7 +197,7 @@ def int4_linear(
     x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
 ) -> torch.Tensor:
     """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for 4-bit weights in groups of 32
-    (:func:`mellea.engine.quant.quantize_groups` gives the layout). Call
+    (:func:`mellea.engine.formats.quantize.quantize_groups` gives the layout). Call
     :func:`available` first."""
     if not x.is_contiguous():
         x = x.contiguous()
@@ -215,7 +215,7 @@ def int4_vnni_linear(
     x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor, n: int
 ) -> torch.Tensor:
     """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for 4-bit weights in tiles of 16 rows
-    (:func:`mellea.engine.quant.tile_groups`) on VNNI's integer dot product: each group
+    (:func:`mellea.engine.formats.tiles.tile_groups`) on VNNI's integer dot product: each group
     of 32 activations becomes two int8 parts (x ~= step * (256 hi + lo), about 16
     bits). Every kernel family runs it (the name is the instruction it was written for).
     Call :func:`available` first."""
@@ -228,7 +228,7 @@ def q4k_vnni_linear(
     x: torch.Tensor, qweight: torch.Tensor, sub: torch.Tensor, super_: torch.Tensor, n: int
 ) -> torch.Tensor:
     """:func:`int4_vnni_linear` for a GGUF's Q4_K weights exactly
-    (:func:`mellea.engine.quant.tile_q4k`): each group's scale ``d * sc`` and minimum
+    (:func:`mellea.engine.formats.tiles.tile_q4k`): each group's scale ``d * sc`` and minimum
     ``-dmin * m`` formed in fp32 from the file's 6-bit ``sc``, ``m`` (``sub``) and fp16
     ``d``, ``-dmin`` (``super_``), where :func:`int4_vnni_linear` reads them rounded to
     fp16. Call :func:`available` first."""
@@ -249,7 +249,7 @@ def int8_vnni_linear(
     x: torch.Tensor, qweight: torch.Tensor, wsum: torch.Tensor, scale: torch.Tensor, n: int
 ) -> torch.Tensor:
     """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for per-row int8 weights in tiles of 16 rows
-    (:func:`mellea.engine.quant.tile_rows`) on VNNI's integer dot product, with the
+    (:func:`mellea.engine.formats.tiles.tile_rows`) on VNNI's integer dot product, with the
     activations in two int8 parts per group of 32 as :func:`int4_vnni_linear` has them.
     Call :func:`available` first."""
     if not x.is_contiguous():
@@ -261,9 +261,9 @@ def bytes_linear(
     x: torch.Tensor, qweight: torch.Tensor, subs: torch.Tensor, supers: torch.Tensor, n: int
 ) -> torch.Tensor:
     """``x`` [M, K] fp32 @ W^T -> [M, N] fp32 for a GGUF's block weights held exactly in
-    the byte form (:func:`mellea.engine.quant.tile_bytes`: the file's integer values as
+    the byte form (:func:`mellea.engine.formats.tiles.tile_bytes`: the file's integer values as
     bytes, a scale per sub-block of 16, ``d`` and ``dmin`` per super-block), or in its
-    six-bit packing (:func:`mellea.engine.quant.pack_six`, ``qweight`` [T, G, 6, 64]),
+    six-bit packing (:func:`mellea.engine.formats.tiles.pack_six`, ``qweight`` [T, G, 6, 64]),
     on the integer dot product, with the activations in two int8 parts per group of 32
     as :func:`int4_vnni_linear` has them. Call :func:`available` first."""
     if not x.is_contiguous():
@@ -280,13 +280,13 @@ def bytes_dequantize(
 
 
 def six_to_bytes(qweight: torch.Tensor) -> torch.Tensor:
-    """The six-bit form's values [T, G, 6, 64] (:func:`mellea.engine.quant.pack_six`) in
+    """The six-bit form's values [T, G, 6, 64] (:func:`mellea.engine.formats.tiles.pack_six`) in
     the byte form's layout [T, G, 8, 64] (``q + 128``), as the tiles rebuild them."""
     return _ops().six_to_bytes(qweight)
 
 
 def bytes_to_six(qweight: torch.Tensor, n: int) -> torch.Tensor | None:
-    """:func:`mellea.engine.quant.pack_six` in C++ (the same bytes), ``None`` where a
+    """:func:`mellea.engine.formats.tiles.pack_six` in C++ (the same bytes), ``None`` where a
     value of the ``n`` real rows does not fit 6 bits."""
     six = _ops().bytes_to_six(qweight, n)
     return six if six.numel() else None
@@ -321,9 +321,9 @@ def decode_layer(
     """One Llama-shaped decoder layer of a decode-only step in a single op: x [T, H] fp32
     -> the MLP's output [T, H]; ``residual`` becomes x + residual in place, this step's
     K and V go into the caches. ``weights``: (qweight, scales, mins) of the qkv, o,
-    gate|up and down :class:`~mellea.engine.quant.Int4Linear` layers (VNNI layout;
+    gate|up and down :class:`~mellea.engine.formats.linear.Int4Linear` layers (VNNI layout;
     or any tiled form ``model._fused_operands`` gives), the qkv one in one or two parts
-    (``out_features`` then has 5 sizes: a :class:`~mellea.engine.quant.StackedLinear`);
+    (``out_features`` then has 5 sizes: a :class:`~mellea.engine.formats.linear.StackedLinear`);
     ``rope``: this step's complex rotations; ``meta``: the step's
     :class:`~mellea.engine.cpu_attention.AttentionMetadata`. With ``lora`` (the layer's
     packs, :func:`mellea.engine.lora.pack_fused` of each projection, flattened) each
@@ -407,7 +407,7 @@ def rope_store_kv(
 def tile_int4_weights(
     packed: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`mellea.engine.quant.tile_groups` in one pass of C++ (the same bytes; the
+    """:func:`mellea.engine.formats.tiles.tile_groups` in one pass of C++ (the same bytes; the
     load's repacking, not a kernel of the step). Call :func:`available` first."""
     return _ops().tile_int4_weights(packed.contiguous(), scales.contiguous(), mins.contiguous())
 
@@ -415,7 +415,7 @@ def tile_int4_weights(
 def tile_int8_weights(
     q: torch.Tensor, scale: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`mellea.engine.quant.tile_rows` in one pass of C++ (the same bytes). Call
+    """:func:`mellea.engine.formats.tiles.tile_rows` in one pass of C++ (the same bytes). Call
     :func:`available` first."""
     return _ops().tile_int8_weights(q.contiguous(), scale.float().contiguous())
 
@@ -423,7 +423,7 @@ def tile_int8_weights(
 def tile_q4k_weights(
     packed: torch.Tensor, sub: torch.Tensor, super_: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`mellea.engine.quant.tile_q4k` in one pass of C++ (the same bytes). Call
+    """:func:`mellea.engine.formats.tiles.tile_q4k` in one pass of C++ (the same bytes). Call
     :func:`available` first."""
     return _ops().tile_q4k_weights(packed.contiguous(), sub.contiguous(), super_.contiguous())
 
@@ -445,7 +445,7 @@ def q4_k_groups(raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 def gguf_int8_rows(raw: torch.Tensor, k_quant: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """A Q6_K (``k_quant``) or Q8_0 tensor's bytes [rows, row bytes] (uint8) as per-row
-    int8 and scales: :func:`mellea.engine.quant.quantize_rows` of its exact values, the
+    int8 and scales: :func:`mellea.engine.formats.quantize.quantize_rows` of its exact values, the
     same bytes, in one pass of C++ with no float32 copy. Call :func:`available` first."""
     return _ops().gguf_int8_rows(raw.contiguous(), int(k_quant))
 

@@ -38,7 +38,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-GROUP = 32  # elements per int4 group (quant.GROUP; not imported to keep torch out)
+GROUP = 32  # elements per int4 group (formats.quantize.GROUP; not imported to keep torch out)
 # Block formats that our int4 layers hold exactly (Q4_K in its own form, Q4KGroups).
 INT4_TYPES = frozenset(
     {GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q4_K}
@@ -46,7 +46,7 @@ INT4_TYPES = frozenset(
 
 
 class Int4Groups(NamedTuple):
-    """Int4 groups of 32 along each row, ``quant.quantize_groups``' layout: packed
+    """Int4 groups of 32 along each row, ``formats.quantize.quantize_groups``' layout: packed
     [rows, K/2] uint8 (byte ``16 g + j``: element ``j`` of group ``g`` low, ``j + 16``
     high), scales and minimums [rows, K/32] fp16; ``w = q * scale + min``."""
 
@@ -263,7 +263,7 @@ def to_int8_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> Int8Blocks:
 
 class ByteBlocks(NamedTuple):
     """A matrix's block weights exactly, untiled, in the byte form that
-    ``quant.tile_bytes`` tiles for ``cpu_kernels.bytes_linear``: ``values`` [rows, K]
+    ``formats.tiles.tile_bytes`` tiles for ``cpu_kernels.bytes_linear``: ``values`` [rows, K]
     uint8, the file's integer value ``q + 128``; ``subs`` [rows, K/32, P] int8, each
     group of 32's scales ``sc`` of its two sub-blocks of 16 and, where P == 3, its
     minimum ``m``; ``supers`` [rows, B, P - 1] fp32, ``d`` (and ``dmin``) of each block

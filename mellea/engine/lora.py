@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from mellea.engine.checkpoint_names import fused_pieces, our_name
+from mellea.engine.formats.linear import Int4Linear, Int8Linear, StackedLinear
 from mellea.engine.kernels.lora import lora_gathered
 from mellea.engine.lora_dense import DenseStack, dense_stacks
 
@@ -201,14 +203,12 @@ def load_peft_adapter(
     ``qkv_rows`` is the order the model keeps its fused q/k/v rows in (the CPU path's
     rotary order), which B's rows take too. Raises :class:`AdapterLoadError`.
     """
-    from mellea.engine.weights import _fused_pieces, _our_name
-
     path = Path(path)
     config = _read_config(path)
     tensors = _read_tensors(path)
     rslora = bool(config.get("use_rslora", False))
     default_r, default_alpha = config.get("r", 8), config.get("lora_alpha", 8)
-    fused = _fused_pieces(cfg)
+    fused = fused_pieces(cfg)
     sizes = _projection_sizes(cfg)
     # (layer, projection) -> list of (first row, A, B scaled)
     pieces: dict[tuple[int, str], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
@@ -231,7 +231,7 @@ def load_peft_adapter(
             raise AdapterLoadError(
                 f"{str(path)!r} adapts layer {layer}; the model has {cfg.num_layers} layers"
             )
-        ours = _our_name(f"model.layers.{layer}.{module}.weight", cfg.family.renames)
+        ours = our_name(f"model.layers.{layer}.{module}.weight", cfg.family.renames)
         ours = ours.removeprefix(f"layers.{layer}.").removesuffix(".weight")
         first, piece_rows = 0, 0
         if ours in fused:
@@ -509,8 +509,6 @@ def _takes_packs(module: Any) -> bool:
     weights keep the fp32 pairs: beside their own rounding the fp16 pairs' would show
     (bf16's logprobs moved by up to 0.24 against 0.10 with fp32 pairs on the tests'
     tiny models)."""
-    from mellea.engine.quant import Int4Linear, Int8Linear, StackedLinear
-
     return isinstance(module, Int4Linear | Int8Linear | StackedLinear)
 
 

@@ -28,13 +28,13 @@ from mellea.engine.cpu_attention import (
     cpu_decode_attention,
     cpu_paged_prefill_attention,
 )
+from mellea.engine.formats.linear import Int4Linear, Int8Linear, StackedLinear
 from mellea.engine.rope import interleaved_order, rope_tables, rotations
 from mellea.engine.switches import read_switches
 from mellea.engine.weights import load_weights
 
 if TYPE_CHECKING:
     from mellea.engine.lora import AdapterSet, LoraStep
-    from mellea.engine.quant import Int4Linear, Int8Linear
 
 __all__ = ["AttentionMetadata", "ComputePath", "DecoderModel", "build_model"]
 
@@ -527,8 +527,6 @@ class DecoderModel(nn.Module):
         layer: norms before attention and MLP only, no q/k norms, biases or multipliers,
         SiLU, int4 or int8 weights in the VNNI layout); returns the path. Call it once
         the weights have their final format."""
-        from mellea.engine.quant import Int4Linear, Int8Linear, StackedLinear
-
         if self.path is ComputePath.CPP and self._fused is None:
             plans = []
             for layer in self.layers:
@@ -572,7 +570,7 @@ class DecoderModel(nn.Module):
         """[N, hidden] -> fp32 logits [N, vocab] (scaled and soft-capped as configured)."""
         if self.lm_head is None:
             logits = F.linear(hidden, self.embed_tokens.weight).float()
-        else:  # its own layer, or one quant.convert_weights put over the tied table
+        else:  # its own layer, or one convert_weights put over the tied table
             logits = self.lm_head(hidden).float()
         if self.cfg.logits_multiplier != 1.0:
             logits = logits * self.cfg.logits_multiplier

@@ -13,10 +13,11 @@ import torch
 from mellea.engine.compute_path import ComputePath
 from mellea.engine.config import EngineConfig, ModelConfig
 from mellea.engine.cuda_graphs import DecodeGraphs, graphs_enabled
+from mellea.engine.formats.convert import convert_weights
+from mellea.engine.formats.head import HeadScorer
 from mellea.engine.heap import trim_malloc, tune_malloc
 from mellea.engine.lora import AdapterSet, LoraStep
 from mellea.engine.model import AttentionMetadata, build_model
-from mellea.engine.quant import HeadScorer, convert_weights
 from mellea.engine.sampler import SamplingBatch, build_sampling_batch, sample
 from mellea.engine.scheduler import ScheduledBatch
 from mellea.engine.sequence import Sequence
@@ -84,7 +85,7 @@ class ModelRunner:
         self.threads = ThreadTuner() if cpu else None
         loading = single_threaded() if cpu else contextlib.nullcontext()
         # On CPU, each layer moves into huge pages while the next ones are built, and
-        # the LM head's scoring layer is built beside them (quant.HeadScorer).
+        # the LM head's scoring layer is built beside them (formats.head.HeadScorer).
         scorer = HeadScorer(cfg.weights, model_cfg.tie_word_embeddings)
         with loading, HugePageMover() as mover, scorer:  # the tuner sets the count later
             self.model = build_model(

@@ -8,6 +8,8 @@ set one with ``monkeypatch.setenv`` before it builds a model or dispatches an op
 ``MELLEA_ENGINE_REFERENCE=1``  on CPU, run the kernels' path (their PyTorch references)
 ``MELLEA_DISABLE_TRITON=1``    never use Triton kernels, even on CUDA
 ``MELLEA_FORCE_TRITON=1``      take the Triton path on CPU tensors too (kernel tests)
+``ONEDNN_MAX_CPU_ISA=AVX2``    oneDNN's own limit, read for what it means here: below
+                               AVX-512, torch's bf16 GEMM is emulated (the AVX2 path)
 =============================  ======================================================
 """
 
@@ -25,6 +27,7 @@ class EngineSwitches:
     reference: bool = False  # the CPU runs the kernels' path instead of its fast path
     disable_triton: bool = False  # Triton never runs
     force_triton: bool = False  # Triton runs on any device (with TRITON_INTERPRET=1 on CPU)
+    onednn_max_isa: str = ""  # oneDNN's ISA limit, upper case ("" when unset)
 
 
 def read_switches() -> EngineSwitches:
@@ -35,4 +38,5 @@ def read_switches() -> EngineSwitches:
         reference=env.get("MELLEA_ENGINE_REFERENCE") == "1",
         disable_triton=env.get("MELLEA_DISABLE_TRITON") == "1",
         force_triton=env.get("MELLEA_FORCE_TRITON") == "1",
+        onednn_max_isa=env.get("ONEDNN_MAX_CPU_ISA", "").upper(),
     )

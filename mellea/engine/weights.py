@@ -23,52 +23,26 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from torch import nn
 
+from mellea.engine import cpu_kernels
+from mellea.engine.block_table import BlockTable
+from mellea.engine.checkpoint_names import checkpoint_names, fused_pieces, our_name
 from mellea.engine.config import ModelConfig
 from mellea.engine.families import UnsupportedModelError
+from mellea.engine.formats.cpu_support import byte_form_runs
+from mellea.engine.formats.linear import Int4Linear, Int8Linear, StackedLinear, linear_layer
+from mellea.engine.formats.quantize import quantize_rows
+from mellea.engine.gguf_blocks import (
+    BYTE_TYPES,
+    ByteBlocks,
+    Q4KGroups,
+    q4k_to_int4,
+    stack_byte_blocks,
+    to_byte_blocks,
+)
 from mellea.engine.gguf_file import GGUFCheckpoint, gguf_source
-
-
-def _our_name(hf_name: str, renames: dict[str, str]) -> str:
-    """Our parameter name for a checkpoint tensor; norms are bare parameters."""
-    name = hf_name.removeprefix("model.")
-    for theirs, ours in renames.items():
-        name = name.replace(f".{theirs}.", f".{ours}.")
-    if name.endswith("norm.weight"):
-        return name.removesuffix(".weight")
-    return name
-
-
-def _fused_pieces(cfg: ModelConfig) -> dict[str, tuple[str, int, int]]:
-    """Checkpoint module -> (our fused module, first row, rows)."""
-    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    inter = cfg.intermediate_size
-    return {
-        "self_attn.q_proj": ("self_attn.qkv_proj", 0, q),
-        "self_attn.k_proj": ("self_attn.qkv_proj", q, kv),
-        "self_attn.v_proj": ("self_attn.qkv_proj", q + kv, kv),
-        "mlp.gate_proj": ("mlp.gate_up_proj", 0, inter),
-        "mlp.up_proj": ("mlp.gate_up_proj", inter, inter),
-    }
-
-
-def _hf_names(ours: list[str], cfg: ModelConfig) -> list[str]:
-    """The checkpoint names that may hold our parameters (both a fused module's own
-    name and its pieces'), for mapping a GGUF's tensor names."""
-    back = {ours_: theirs for theirs, ours_ in cfg.family.renames.items()}
-    names = []
-    for name in ours:
-        if not name.endswith((".weight", ".bias")):
-            name += ".weight"  # a bare norm parameter
-        for ours_, theirs in back.items():
-            name = name.replace(f".{ours_}.", f".{theirs}.")
-        hf = name if name.startswith("lm_head.") else f"model.{name}"
-        names.append(hf)
-        for piece, (fused, _, _) in _fused_pieces(cfg).items():
-            if f".{fused}." in hf:
-                names.append(hf.replace(fused, piece))
-    return names
 
 
 class _SafetensorsTensor:
@@ -85,8 +59,6 @@ class _SafetensorsTensor:
         return None  # float checkpoints hold no int4 groups
 
     def int8_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        from mellea.engine.quant import quantize_rows
-
         return quantize_rows(self.tensor())
 
     def has_byte_form(self) -> bool:
@@ -106,9 +78,6 @@ class _GGUFTensor:
         """The tensor as int4 groups where its block format maps onto them, else None;
         a Q4_K tensor as the file holds it (``Q4KGroups``), in one pass of C++ where the
         kernels run (the same bytes)."""
-        from mellea.engine import cpu_kernels
-        from mellea.engine.gguf_blocks import Q4KGroups
-
         raw = self._raw_in_cpp(("Q4_K",))
         if raw is not None:
             return Q4KGroups(*(part.numpy() for part in cpu_kernels.q4_k_exact(raw)))
@@ -117,8 +86,6 @@ class _GGUFTensor:
     def _raw_in_cpp(self, types: tuple[str, ...]) -> torch.Tensor | None:
         """The matrix's bytes as a uint8 tensor (the file's pages, not copied) where its
         type is one of ``types`` and the C++ kernels run; else None."""
-        from mellea.engine import cpu_kernels
-
         inner = self.inner
         if inner.qtype.name not in types or len(inner.shape) != 2 or inner.offset:
             return None
@@ -133,11 +100,8 @@ class _GGUFTensor:
 
     def has_byte_form(self) -> bool:
         """Whether :meth:`byte_blocks` holds this tensor: a 2-D tensor of a block format
-        with a byte form, where the C++ kernels run it (:func:`~mellea.engine.quant.
-        byte_form_runs`)."""
-        from mellea.engine.gguf_blocks import BYTE_TYPES
-        from mellea.engine.quant import byte_form_runs
-
+        with a byte form, where the C++ kernels run it (:func:`~mellea.engine.formats.
+        cpu_support.byte_form_runs`)."""
         inner = self.inner
         return (
             inner.qtype in BYTE_TYPES
@@ -150,9 +114,6 @@ class _GGUFTensor:
         """The tensor exactly, in the byte form (:class:`~mellea.engine.gguf_blocks.
         ByteBlocks`; see :meth:`has_byte_form`): Q6_K, Q8_0, Q4_K and Q5_K in one pass of
         C++ (the same arrays), Q4_0 in NumPy a chunk of rows at a time."""
-        from mellea.engine import cpu_kernels
-        from mellea.engine.gguf_blocks import ByteBlocks, to_byte_blocks
-
         raw = self._raw_in_cpp(_BYTES_IN_CPP)
         if raw is not None:
             parts = cpu_kernels.gguf_byte_rows(raw, self.inner.qtype.name)
@@ -167,17 +128,13 @@ class _GGUFTensor:
         return ByteBlocks(*(np.concatenate(arrays) for arrays in zip(*chunks, strict=True)))
 
     def int8_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """:func:`~mellea.engine.quant.quantize_rows` of the float32 values, computed a
+        """:func:`~mellea.engine.formats.quantize.quantize_rows` of the float32 values, computed a
         chunk of rows at a time (rows are quantized independently, so the result is the
         same bytes as for the whole float32 tensor, which never exists)."""
-        from mellea.engine.quant import quantize_rows
-
         if len(self.shape) != 2 or self.inner.offset:
             return quantize_rows(self.tensor())
         raw = self._raw_in_cpp(_ONE_PRODUCT)
         if raw is not None:
-            from mellea.engine import cpu_kernels
-
             return cpu_kernels.gguf_int8_rows(raw, self.inner.qtype.name == "Q6_K")
         rows, cols = self.shape
         q = torch.empty(rows, cols, dtype=torch.int8)
@@ -222,8 +179,6 @@ def _to_empty(module: nn.Module, device: torch.device) -> nn.Module:
 
 def _checkpoint(model_dir: Path, hf_names: list[str], cfg: ModelConfig) -> Iterator[tuple]:
     """(checkpoint name, piece) for every tensor of the checkpoint in ``model_dir``."""
-    from safetensors import safe_open
-
     source = gguf_source(model_dir)
     if source is not None:
         checkpoint = GGUFCheckpoint(source)
@@ -267,18 +222,16 @@ def load_weights(
 ) -> None:
     """Fill ``model`` (built on the meta device; placed on ``device`` here) from the
     checkpoint in ``model_dir``, its linear layers (all but an untied LM head) built in
-    the weight format ``fmt`` (see :mod:`mellea.engine.quant`; on CPU). ``qkv_rows``
+    the weight format ``fmt`` (see :mod:`mellea.engine.formats`; on CPU). ``qkv_rows``
     reorders the first rows of each fused q/k/v projection (the CPU path's rotary order).
     ``built`` is handed each linear layer as it is built and put in place (e.g.
     :meth:`~mellea.engine.huge_pages.HugePageMover.submit`), ``table_built`` the name
     and module of each table kept in the file's blocks (e.g.
-    :meth:`~mellea.engine.quant.HeadScorer.submit`).
+    :meth:`~mellea.engine.formats.head.HeadScorer.submit`).
     """
-    from mellea.engine.quant import Int4Linear, Int8Linear, linear_layer
-
     model_dir = Path(model_dir)
     device = device or torch.device("cpu")
-    hf_names = _hf_names([name for name, _ in model.named_parameters()], cfg)
+    hf_names = checkpoint_names([name for name, _ in model.named_parameters()], cfg)
     deferred = {
         name: module
         for name, module in model.named_modules()
@@ -290,7 +243,7 @@ def load_weights(
     pending = {name: _Pending(module) for name, module in deferred.items()}
     params = dict(model.named_parameters())
     filled = dict.fromkeys(params, 0)  # rows loaded per parameter
-    fused = _fused_pieces(cfg)
+    fused = fused_pieces(cfg)
     quantized = device.type == "cpu" and fmt in ("bfloat16", "int8", "int4")
     is_gguf = gguf_source(model_dir) is not None
 
@@ -323,7 +276,7 @@ def load_weights(
 
     with torch.no_grad():
         for hf_name, piece in _checkpoint(model_dir, hf_names, cfg):
-            target, first, rows = _our_name(hf_name, cfg.family.renames), 0, None
+            target, first, rows = our_name(hf_name, cfg.family.renames), 0, None
             for part, (ours, offset, count) in fused.items():
                 if f".{part}." in target:
                     target, first, rows = target.replace(part, ours), offset, count
@@ -381,8 +334,6 @@ def _table_from_blocks(model: nn.Module, target: str, piece: Any) -> nn.Module |
     """Put a :class:`BlockTable` of ``piece`` (a GGUF tensor whose block format has an
     exact int8 form) in place of the table ``target`` and return it; None where it has
     none."""
-    from mellea.engine.block_table import BlockTable
-
     held = piece.int8_blocks() if hasattr(piece, "int8_blocks") else None
     if held is None:
         return None
@@ -436,10 +387,8 @@ def _int4_then_bytes(
 ) -> nn.Module | None:
     """A fused layer whose leading pieces int4 holds and whose others only the byte form
     does (a Q4_K_M file's Q4_K ``attn_q``, ``attn_k`` and Q6_K ``attn_v``) as the two
-    parts side by side (:class:`~mellea.engine.quant.StackedLinear`), each exactly the
+    parts side by side (:class:`~mellea.engine.formats.linear.StackedLinear`), each exactly the
     file's; None for any other mix (then the whole layer takes the byte form)."""
-    from mellea.engine.quant import Int4Linear, Int8Linear, StackedLinear
-
     pieces = [piece for _, piece in sorted(job.pieces["weight"], key=_first)]
     lead = next((i for i, g in enumerate(groups) if g is None), len(groups))
     if not 0 < lead < len(groups) or any(g is not None for g in groups[lead:]):
@@ -459,8 +408,6 @@ def _pieces_in_bytes(
 ) -> tuple[torch.Tensor, ...] | None:
     """``pieces`` (GGUF tensors, in row order) stacked in the exact byte form, ``rows``
     reordered; None where a piece has no byte form."""
-    from mellea.engine.gguf_blocks import stack_byte_blocks
-
     if not all(piece.has_byte_form() for piece in pieces):
         return None
     tensors = tuple(
@@ -477,8 +424,6 @@ def _int4_groups(groups: list[Any], rows: torch.Tensor | None) -> tuple[torch.Te
     """Pieces' int4 groups stacked along the rows (``rows`` reordered) as torch tensors.
     Q4_K pieces keep their own form (``Q4KGroups``) unless another piece of the layer is
     Q4_0 or Q4_1: then they take the fp16 form, which holds both."""
-    from mellea.engine.gguf_blocks import Q4KGroups, q4k_to_int4
-
     exact = [isinstance(g, Q4KGroups) for g in groups]
     if any(exact) and not all(exact):
         groups = [q4k_to_int4(g) if is_q4k else g for g, is_q4k in zip(groups, exact, strict=True)]

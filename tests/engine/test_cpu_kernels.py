@@ -175,7 +175,8 @@ def activation_error_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tenso
 @pytest.mark.parametrize("rows", [1, 2, 5, 8, 33])
 @pytest.mark.parametrize(("n", "k"), [(70, 64), (6, 96), (32, 576)])
 def test_int4_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k: int) -> None:
-    from mellea.engine.quant import dequantize_groups, quantize_groups, tile_groups
+    from mellea.engine.formats.quantize import dequantize_groups, quantize_groups
+    from mellea.engine.formats.tiles import tile_groups
 
     torch.manual_seed(0)
     packed, scales, mins = quantize_groups(torch.randn(n, k))
@@ -197,7 +198,8 @@ def test_int4_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k:
 @pytest.mark.parametrize("rows", [1, 2, 5, 8, 33])
 @pytest.mark.parametrize(("n", "k"), [(70, 64), (6, 96), (32, 576)])
 def test_int8_vnni_linear_keeps_the_activations_to_16_bits(rows: int, n: int, k: int) -> None:
-    from mellea.engine.quant import quantize_rows, tile_rows
+    from mellea.engine.formats.quantize import quantize_rows
+    from mellea.engine.formats.tiles import tile_rows
 
     torch.manual_seed(0)
     q, scale = quantize_rows(torch.randn(n, k))
@@ -252,7 +254,7 @@ def test_bytes_linear_keeps_the_activations_to_16_bits(rows, n, k, mins, per_sup
     """The exact byte form (a GGUF's Q6_K/Q8_0 blocks, Q4_K/Q5_K ones with minimums):
     its layout widens to the blocks' values bit for bit, and its product is within the
     two-part activations' bound of the exact one."""
-    from mellea.engine.quant import tile_bytes
+    from mellea.engine.formats.tiles import tile_bytes
 
     blocks = random_byte_blocks(n, k, mins, per_super)
     weight = byte_blocks_weight(blocks)
@@ -286,7 +288,7 @@ def six_bit_blocks(n: int, k: int, mins: bool, per_super: int) -> tuple[torch.Te
 def test_the_six_bit_form_gives_the_byte_forms_bits(rows, n, k, mins, per_super) -> None:
     """Values in -32..31 (Q6_K, Q5_K, Q4_K) pack into 6 bits a weight; the tiles rebuild
     the byte form from them: the same weights, and the same product bit for bit."""
-    from mellea.engine.quant import pack_six, tile_bytes
+    from mellea.engine.formats.tiles import pack_six, tile_bytes
 
     tiled = tile_bytes(*six_bit_blocks(n, k, mins, per_super))
     six = pack_six(tiled[0], n)
@@ -310,7 +312,7 @@ def test_the_six_bit_form_gives_the_byte_forms_bits(rows, n, k, mins, per_super)
 
 
 def test_values_outside_6_bits_keep_the_byte_form() -> None:
-    from mellea.engine.quant import pack_six, tile_bytes
+    from mellea.engine.formats.tiles import pack_six, tile_bytes
 
     for low, high in ((95, 159), (96, 160)):  # q = -33, or q = 32 (Q8_0's range)
         values, subs, supers = six_bit_blocks(16, 64, False, 1)
@@ -324,14 +326,8 @@ def tiled_linears(rows: int, extremes: bool) -> Callable[[], list[torch.Tensor]]
     packing, with and without minimums) for ``rows`` activation rows, and a call that runs them all on the kernels
     selected at that time. ``extremes``: the int8 range's ends in the weights and the
     activation parts' extremes in row 0."""
-    from mellea.engine.quant import (
-        pack_six,
-        quantize_groups,
-        quantize_rows,
-        tile_bytes,
-        tile_groups,
-        tile_rows,
-    )
+    from mellea.engine.formats.quantize import quantize_groups, quantize_rows
+    from mellea.engine.formats.tiles import pack_six, tile_bytes, tile_groups, tile_rows
 
     torch.manual_seed(0)
     n, k = 40, 160
@@ -415,7 +411,7 @@ def test_quantized_linears_refuse_mismatched_operands() -> None:
         cpu_kernels.int4_linear(
             torch.randn(2, 48), torch.zeros(8, 24, dtype=torch.uint8), scale.half(), scale.half()
         )
-    from mellea.engine.quant import tile_bytes
+    from mellea.engine.formats.tiles import tile_bytes
 
     qweight, subs, supers = tile_bytes(*random_byte_blocks(8, 64, False, 1))
     with pytest.raises(RuntimeError, match="subs"):

@@ -145,7 +145,7 @@ def test_the_neon_byte_form_gives_the_x86_builds_bits(
     with them; d per group or per super-block of 8): the NEON build's bytes_linear gives
     the AVX-512 and AVX2 builds' bits at 1-33 activation rows (the row blocks of 4 and
     each remainder), and its dequantizer the file's weights bit for bit."""
-    from mellea.engine.quant import tile_bytes
+    from mellea.engine.formats.tiles import tile_bytes
 
     if NATIVE:
         pytest.skip("no x86 build to compare with on aarch64")

@@ -1,4 +1,4 @@
-"""Weight formats (mellea/engine/quant.py): layers, conversion, the flag's path, quality."""
+"""Weight formats (mellea/engine/formats/): layers, conversion, the flag's path, quality."""
 
 from __future__ import annotations
 
@@ -8,16 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from mellea.engine.quant import (
-    FORMATS,
-    Bf16Linear,
-    Int4Linear,
-    Int8Linear,
-    RefinedHead,
-    convert_weights,
-    quantize_rows,
-    resolve_format,
-)
+from mellea.engine.formats.convert import convert_weights
+from mellea.engine.formats.head import RefinedHead
+from mellea.engine.formats.linear import Bf16Linear, Int4Linear, Int8Linear
+from mellea.engine.formats.quantize import quantize_rows
+from mellea.engine.formats.resolve import FORMATS, resolve_format
 
 CPU = torch.device("cpu")
 
@@ -121,13 +116,15 @@ def test_the_byte_form_takes_every_length_to_its_kernel(rows: int, tiled: bool):
 )
 def test_int8_kernel_takes_prompt_chunks_where_bf16_is_emulated(monkeypatch, flags, onednn, native):
     """Widening int8 to the bf16 GEMM only pays where the CPU multiplies bf16 itself."""
-    from mellea.engine import quant
+    from mellea.engine.formats import cpu_support
 
-    monkeypatch.setattr(quant, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(cpu_support, "cpu_flags", lambda: flags)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", onednn)
-    assert quant.bf16_gemm_is_native() is native
-    most = quant.int8_vnni_max_rows()
-    assert (most == quant.INT8_VNNI_MAX_ROWS) is native and most >= quant.INT8_VNNI_MAX_ROWS
+    assert cpu_support.bf16_gemm_is_native() is native
+    most = cpu_support.int8_vnni_max_rows()
+    assert (most == cpu_support.INT8_VNNI_MAX_ROWS) is native and (
+        most >= cpu_support.INT8_VNNI_MAX_ROWS
+    )
 
 
 def test_quantize_rows_is_symmetric_per_output_channel():
@@ -194,26 +191,26 @@ def _checkpoint(path: Path, weight: torch.Tensor) -> Path:
 def test_auto_serves_a_checkpoint_as_it_is_stored(tmp_path, monkeypatch):
     """int4 for weights that are 4-bit already (a Q4 GGUF's), else the checkpoint's own
     dtype: never int8, which rounds trained weights (issue 21)."""
-    import mellea.engine.quant as quant
+    from mellea.engine.formats import detect, quantize, resolve
 
     torch.manual_seed(0)
     trained = torch.randn(64, 96)
-    four_bit = quant.dequantize_groups(*quant.quantize_groups(trained))  # as from a Q4 GGUF
+    four_bit = quantize.dequantize_groups(*quantize.quantize_groups(trained))  # as from a Q4 GGUF
     q4_dir, fp_dir = _checkpoint(tmp_path / "q4", four_bit), _checkpoint(tmp_path / "fp", trained)
     bf16_dir = _checkpoint(tmp_path / "bf16", trained.bfloat16())
     fp16_dir = _checkpoint(tmp_path / "fp16", trained.half())
-    assert quant.checkpoint_is_4bit(q4_dir) and not quant.checkpoint_is_4bit(fp_dir)
+    assert detect.checkpoint_is_4bit(q4_dir) and not detect.checkpoint_is_4bit(fp_dir)
     short_q4 = _checkpoint(tmp_path / "short", four_bit[:32])  # fewer rows than it reads
-    assert quant.checkpoint_is_4bit(short_q4) and not quant.checkpoint_is_4bit(bf16_dir)
-    assert [quant.stored_dtype(d) for d in (fp_dir, bf16_dir, fp16_dir)] == [
+    assert detect.checkpoint_is_4bit(short_q4) and not detect.checkpoint_is_4bit(bf16_dir)
+    assert [detect.stored_dtype(d) for d in (fp_dir, bf16_dir, fp16_dir)] == [
         "float32",
         "bfloat16",
         "float16",
     ]
-    monkeypatch.setattr(quant.cpu_kernels, "available", lambda: True)
-    monkeypatch.setattr(quant.cpu_kernels, "family", lambda: "avx2")
+    monkeypatch.setattr(resolve.cpu_kernels, "available", lambda: True)
+    monkeypatch.setattr(resolve.cpu_kernels, "family", lambda: "avx2")
     for native_bf16 in (True, False):
-        monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda native=native_bf16: native)
+        monkeypatch.setattr(resolve, "cpu_has_native_bf16", lambda native=native_bf16: native)
         assert resolve_format("auto", CPU, q4_dir) == "int4"
         assert resolve_format("auto", CPU, fp_dir) == "float32"
         assert resolve_format("auto", CPU, fp16_dir) == "float32"  # bf16 would round fp16
@@ -221,7 +218,7 @@ def test_auto_serves_a_checkpoint_as_it_is_stored(tmp_path, monkeypatch):
         assert resolve_format("auto", CPU, bf16_dir) == want
         assert resolve_format("auto", CPU) == "float32"  # no checkpoint to read
     for slow in ("generic", "none"):  # no SIMD kernels, or none at all
-        monkeypatch.setattr(quant.cpu_kernels, "family", lambda slow=slow: slow)
+        monkeypatch.setattr(resolve.cpu_kernels, "family", lambda slow=slow: slow)
         assert resolve_format("auto", CPU, q4_dir) == "float32"  # exact, and no slow int4
 
 
@@ -230,9 +227,9 @@ def test_auto_keeps_int4_for_the_default_models_q4_gguf():
     """The bundled model is served from its Q4_1 GGUF (a metadata directory pointing at
     the file, no safetensors weights), and auto serves it as the file holds it."""
     from mellea.engine import cpu_kernels
+    from mellea.engine.formats.detect import checkpoint_is_4bit, stored_dtype
     from mellea.engine.gguf_file import gguf_source
     from mellea.engine.loader import resolve_model
-    from mellea.engine.quant import checkpoint_is_4bit, stored_dtype
 
     path = resolve_model(None)
     assert gguf_source(path) is not None and stored_dtype(path) is None
@@ -257,7 +254,8 @@ def test_auto_names_the_faster_opt_in_once_at_start(tmp_path, tiny_model_dir, ca
 
 
 def test_int4_groups_round_trip_and_tell_4bit_weights_apart():
-    from mellea.engine.quant import dequantize_groups, int4_is_exact, quantize_groups
+    from mellea.engine.formats.detect import int4_is_exact
+    from mellea.engine.formats.quantize import dequantize_groups, quantize_groups
 
     torch.manual_seed(0)
     weight = torch.randn(5, 64)
@@ -280,7 +278,7 @@ def test_int4_groups_round_trip_and_tell_4bit_weights_apart():
 def test_int4_linear_rounds_only_its_weights(rows: int, tiled: bool):
     """Exact for its stored weights on fp32 activations; in the kernels the activations
     keep about 16 bits (see tests/engine/test_cpu_kernels.py for the bound)."""
-    from mellea.engine.quant import Int4Linear
+    from mellea.engine.formats.linear import Int4Linear
 
     torch.manual_seed(0)
     weight, bias = torch.randn(48, 64), torch.randn(48)
@@ -318,7 +316,7 @@ def test_engine_converts_its_weights_and_stays_close_to_fp32(make_engine, fmt: s
     assert isinstance(model.lm_head.inner, wanted)
     assert isinstance(model.embed_tokens, nn.Embedding)  # lookups stay fp32
     assert torch.equal(model.lm_head.exact, model.embed_tokens.weight)
-    from mellea.engine import quality
+    from tests import format_quality as quality
 
     if fmt == "int4":  # 4 bits of the tiny model's large random weights move it far:
         _round_weights_like(fp32.runner.model, fmt)  # compare with the same weights
@@ -371,7 +369,7 @@ def test_convert_weights_leaves_float32_alone():
 def test_quality_bar_holds_at_each_formats_lowest_measured_agreement():
     """bfloat16 measured 6/12 identical on an AVX2-only CPU (8/12 with native bf16):
     the bar, the same on every CPU family, must take both; int4 must stay exact."""
-    from mellea.engine.quality import FormatQuality
+    from tests.format_quality import FormatQuality
 
     def score(fmt: str, identical: int) -> FormatQuality:
         return FormatQuality(fmt, -0.681, -0.680, identical / 12, 1.0, 20.0, [])
@@ -389,10 +387,10 @@ def test_format_passes_the_quality_bar_on_the_default_model(real_engine, fmt: st
     """Mean logprob of fp32's greedy continuations within 2 % of fp32's own, and
     greedy outputs identical to fp32's (on the same CPU path) for at least half of the
     12 prompts: the bar holds on AVX-512 and AVX2-only CPUs alike (see
-    mellea/engine/quality.py, MIN_EXACT_AGREEMENT). The default model's linear layers
+    tests/format_quality.py, MIN_EXACT_AGREEMENT). The default model's linear layers
     are 4-bit in its GGUF, so int4 holds them exactly: all 12 identical."""
-    from mellea.engine import quality
     from mellea.engine.engine import Engine
+    from tests import format_quality as quality
 
     assert real_engine.config.weights == "float32"
     reference = quality.reference(real_engine)
@@ -412,7 +410,7 @@ def _round_weights_like(model: nn.Module, fmt: str) -> None:
     """Round an fp32 model's linear layers as ``fmt`` stores them, keeping them fp32:
     what remains between the two is the kernels' own rounding (and the LM head's, but
     for its refined best logits)."""
-    from mellea.engine.quant import GROUP, dequantize_groups, quantize_groups
+    from mellea.engine.formats.quantize import GROUP, dequantize_groups, quantize_groups
 
     with torch.no_grad():
         for module in model.layers.modules():
@@ -434,8 +432,8 @@ def test_every_family_runs_in_each_format(fmt: str, tmp_path_factory, tiny_model
     kernels' bf16 activations differ, so the next-token distributions stay close
     (the tiny models' large random weights amplify that; a wrong row, scale or
     layout puts the L1 distance near its maximum of 2)."""
-    from mellea.engine import quality
     from mellea.engine.engine import Engine
+    from tests import format_quality as quality
     from tests.engine.test_families import FAMILY_CONFIGS, build_family
 
     for name in FAMILY_CONFIGS:
@@ -460,7 +458,7 @@ def _mix_in_int8(model) -> None:
     """Make the first layer's qkv and down projections int8 (as a Q4_K_M GGUF's Q6_K
     tensors are) and plan the fused layers again."""
     from mellea.engine.compute_path import ComputePath
-    from mellea.engine.quant import Int8Linear
+    from mellea.engine.formats.linear import Int8Linear
 
     layer = model.layers[0]
     torch.manual_seed(1)
@@ -479,7 +477,7 @@ def _mix_in_bytes(model) -> None:
     blocks (qkv with minimums, as a Q4_K_M file's Q4_K q/k beside its Q6_K v; down
     without, as its Q6_K ffn_down) and plan the fused layers again."""
     from mellea.engine.compute_path import ComputePath
-    from mellea.engine.quant import Int8Linear
+    from mellea.engine.formats.linear import Int8Linear
     from tests.engine.test_cpu_kernels import random_byte_blocks
 
     layer = model.layers[0]
@@ -532,24 +530,24 @@ def test_auto_logs_its_format_the_kernel_family_and_why(tmp_path, monkeypatch, c
     auto takes float32."""
     import logging
 
-    import mellea.engine.quant as quant
+    from mellea.engine.formats import quantize, resolve
 
     torch.manual_seed(0)
-    four_bit = quant.dequantize_groups(*quant.quantize_groups(torch.randn(64, 96)))
+    four_bit = quantize.dequantize_groups(*quantize.quantize_groups(torch.randn(64, 96)))
     q4_dir = _checkpoint(tmp_path / "q4", four_bit)
-    monkeypatch.setattr(quant, "_logged", set())
-    monkeypatch.setattr(quant, "cpu_has_native_bf16", lambda: False)
-    with caplog.at_level(logging.INFO, logger="mellea.engine.quant"):
+    monkeypatch.setattr(resolve, "_logged", set())
+    monkeypatch.setattr(resolve, "cpu_has_native_bf16", lambda: False)
+    with caplog.at_level(logging.INFO, logger="mellea.engine.formats.resolve"):
         for family, want in [
             ("avx512-vnni", "int4"),
             ("avx2", "int4"),
             ("neon-dotprod", "int4"),
             ("generic", "float32"),
         ]:
-            monkeypatch.setattr(quant.cpu_kernels, "family", lambda f=family: f)
-            assert quant.resolve_format("auto", CPU, q4_dir) == want
-            assert quant.resolve_format("auto", CPU, q4_dir) == want  # logged once
-    lines = [r.getMessage() for r in caplog.records if r.name == "mellea.engine.quant"]
+            monkeypatch.setattr(resolve.cpu_kernels, "family", lambda f=family: f)
+            assert resolve.resolve_format("auto", CPU, q4_dir) == want
+            assert resolve.resolve_format("auto", CPU, q4_dir) == want  # logged once
+    lines = [r.getMessage() for r in caplog.records if r.name == "mellea.engine.formats.resolve"]
     assert len(lines) == 4
     assert lines[1].startswith("weight format int4 (dtype auto), CPU kernels avx2: ")
     assert lines[2].startswith("weight format int4 (dtype auto), CPU kernels neon-dotprod: ")

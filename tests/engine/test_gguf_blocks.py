@@ -11,8 +11,9 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
 from mellea.engine import gguf_blocks
+from mellea.engine.formats.linear import Int4Linear
+from mellea.engine.formats.quantize import GROUP, dequantize_groups
 from mellea.engine.loader import bundled_gguf_path
-from mellea.engine.quant import GROUP, Int4Linear, dequantize_groups
 
 
 def random_k_blocks(qtype: Q, rows: int, cols: int, seed: int = 0) -> np.ndarray:
@@ -117,8 +118,8 @@ def test_bundled_models_groups_are_what_requantizing_its_float32_gave():
     """The default model serves the same int4 weights as when it was converted to
     float32 first and requantized (so its greedy text is unchanged): the file's Q4_1
     groups, dequantized, requantize to themselves."""
+    from mellea.engine.formats.quantize import quantize_groups
     from mellea.engine.gguf_file import GGUFCheckpoint
-    from mellea.engine.quant import quantize_groups
 
     checkpoint = GGUFCheckpoint(bundled_gguf_path())
     seen = 0
@@ -211,7 +212,7 @@ def test_int8_rows_are_quantize_rows_of_the_reference_bit_for_bit(qtype, cpp, mo
     chunk of rows at a time (or in C++, for Q6_K and Q8_0 where the kernels run): the
     same bytes as quantizing the whole float32 tensor."""
     from mellea.engine import weights
-    from mellea.engine.quant import quantize_rows
+    from mellea.engine.formats.quantize import quantize_rows
 
     if not cpp:
         monkeypatch.setattr(weights, "_ONE_PRODUCT", ())
@@ -229,7 +230,7 @@ BYTE_TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q5_K, Q.Q6_K]
 def layer_of_bytes(raw: np.ndarray, qtype: Q) -> torch.Tensor:
     """The weight an Int8Linear in the byte form of ``raw`` stands for (its C++ layout
     widened by the kernels)."""
-    from mellea.engine.quant import Int8Linear
+    from mellea.engine.formats.linear import Int8Linear
 
     held = gguf_blocks.to_byte_blocks(raw, qtype)
     layer = Int8Linear(None, None, blocks=tuple(torch.from_numpy(a) for a in held))

@@ -17,10 +17,12 @@ from gguf.quants import quantize
 
 from mellea.engine.compute_path import ComputePath
 from mellea.engine.config import ModelConfig
+from mellea.engine.formats.convert import convert_weights
+from mellea.engine.formats.head import RefinedHead
+from mellea.engine.formats.linear import Int4Linear, Int8Linear
 from mellea.engine.gguf_file import SOURCE, transformers_weights
 from mellea.engine.loader import bundled_gguf_path, resolve_model
 from mellea.engine.model import build_model, qkv_row_order
-from mellea.engine.quant import Int4Linear, Int8Linear, RefinedHead, convert_weights
 from mellea.engine.types import SamplingParams
 from tests.engine.conftest import generate, hf_greedy
 from tests.engine.test_gguf_blocks import random_k_blocks
@@ -225,7 +227,8 @@ def test_a_q4_k_m_qkv_keeps_q_and_k_in_4_bits_beside_a_q6_k_v(tiny_gguf):
     """A Q4_K_M file's fused q/k/v with a Q6_K attn_v: q and k stay Q4_K (4.5 bits a
     weight), not widened to the byte form with v (8.6 bits, or 6.75 in six bits);
     together they are the file's weights bit for bit, rows in the CPU path's order."""
-    from mellea.engine.quant import StackedLinear, six_form_runs
+    from mellea.engine.formats.cpu_support import six_form_runs
+    from mellea.engine.formats.linear import StackedLinear
 
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
     cfg = ModelConfig.from_dir(meta)
@@ -283,7 +286,9 @@ def test_the_head_is_scored_from_a_table_of_many_chunks_as_from_all_its_rows(fmt
     """table_layer writes each 1024-row chunk's results into the whole outputs: the
     same tensors as converting all the rows at once."""
     from mellea.engine.block_table import BlockTable
-    from mellea.engine.quant import Bf16Linear, quantize_groups, quantize_rows, table_layer
+    from mellea.engine.formats.head import table_layer
+    from mellea.engine.formats.linear import Bf16Linear
+    from mellea.engine.formats.quantize import quantize_groups, quantize_rows
 
     gen = torch.Generator().manual_seed(0)
     rows, dim, block = 2500, 64, 32
@@ -328,8 +333,8 @@ def test_the_heads_scoring_layer_is_built_beside_the_layers(tiny_gguf, monkeypat
     the one convert_weights would build after the load."""
     import threading
 
-    from mellea.engine import quant
-    from mellea.engine.quant import HeadScorer, table_layer
+    from mellea.engine.formats import head
+    from mellea.engine.formats.head import HeadScorer, table_layer
 
     meta = resolve_model(str(tiny_gguf("llama", qtype)))
     cfg = ModelConfig.from_dir(meta)
@@ -341,7 +346,7 @@ def test_the_heads_scoring_layer_is_built_beside_the_layers(tiny_gguf, monkeypat
         seen.append((threading.current_thread().name, len(layers_built)))
         return table_layer(table, fmt)
 
-    monkeypatch.setattr(quant, "table_layer", recording)
+    monkeypatch.setattr(head, "table_layer", recording)
     with HeadScorer(fmt, cfg.tie_word_embeddings) as scorer:
         ours = load_scored(meta, cfg, fmt, scorer, layers_built.append)
     assert len(seen) == 1  # built once, by the scorer: convert_weights took its layer
@@ -358,8 +363,8 @@ def test_the_heads_scoring_layer_is_built_beside_the_layers(tiny_gguf, monkeypat
 def test_a_head_that_cannot_be_built_fails_the_load_with_its_error(tiny_gguf, monkeypatch):
     """What the scorer's thread raised is raised on the loader's thread, once the
     layers are built, and leaving the scorer ends its thread."""
-    from mellea.engine import quant
-    from mellea.engine.quant import HeadScorer
+    from mellea.engine.formats import head
+    from mellea.engine.formats.head import HeadScorer
 
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_1)))
     cfg = ModelConfig.from_dir(meta)
@@ -367,7 +372,7 @@ def test_a_head_that_cannot_be_built_fails_the_load_with_its_error(tiny_gguf, mo
     def broken(table, fmt):
         raise MemoryError("no room for the head")
 
-    monkeypatch.setattr(quant, "table_layer", broken)
+    monkeypatch.setattr(head, "table_layer", broken)
     scorer = HeadScorer("int4", cfg.tie_word_embeddings)
     with pytest.raises(MemoryError, match="no room for the head"), scorer:
         load_scored(meta, cfg, "int4", scorer)
@@ -375,7 +380,9 @@ def test_a_head_that_cannot_be_built_fails_the_load_with_its_error(tiny_gguf, mo
 
 
 def test_q4_k_m_mix_serves_4bit_tensors_in_int4_and_the_rest_in_int8(tiny_gguf):
-    from mellea.engine.quant import StackedLinear, byte_form_runs, resolve_format
+    from mellea.engine.formats.cpu_support import byte_form_runs
+    from mellea.engine.formats.linear import StackedLinear
+    from mellea.engine.formats.resolve import resolve_format
 
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
     cfg = ModelConfig.from_dir(meta)
@@ -407,8 +414,9 @@ def test_q4_k_m_mix_builds_without_a_float32_matrix(tiny_gguf, monkeypatch, exac
     into the same bytes as quantizing the whole float32 weight. Rows in the CPU order
     either way."""
     from mellea.engine import cpu_kernels, weights
+    from mellea.engine.formats.linear import StackedLinear
+    from mellea.engine.formats.quantize import quantize_rows
     from mellea.engine.gguf_file import GGUFTensor
-    from mellea.engine.quant import StackedLinear, quantize_rows
 
     if exact and not cpu_kernels.available():
         pytest.skip("no C++ kernels here: the byte form needs them")
@@ -458,10 +466,10 @@ async def test_8_bit_files_serve_their_own_weights_in_int8(tiny_gguf, qtype):
     weights exactly (the byte form, rows in the CPU path's order), the engine takes
     the fused C++ decode layer with them, and its greedy tokens are transformers'
     (float32) ones."""
-    from mellea.engine import quant
     from mellea.engine.engine import Engine
+    from mellea.engine.formats.cpu_support import byte_form_runs
 
-    if not quant.byte_form_runs():
+    if not byte_form_runs():
         pytest.skip("no C++ kernels here: the byte form runs on them")
     path = tiny_gguf("llama", qtype)
     engine = Engine(str(path), dtype="int8")
@@ -490,13 +498,14 @@ def test_the_neon_build_serves_the_file_s_weights_in_the_byte_form(tiny_gguf, mo
     test_cpu_kernels_neon.py): there a Q4_K_M-like file's mixed q/k/v layer (Q4_K beside
     Q6_K) holds the file's weights exactly, as on x86 (q and k in int4, v in the byte
     form), not per-row int8."""
-    from mellea.engine import cpu_kernels, quant
-    from mellea.engine.quant import StackedLinear
+    from mellea.engine import cpu_kernels
+    from mellea.engine.formats.cpu_support import byte_form_runs
+    from mellea.engine.formats.linear import StackedLinear
 
     if not cpu_kernels.available():
         pytest.skip("no C++ kernels here")
     monkeypatch.setattr(cpu_kernels, "family", lambda: "neon-dotprod")
-    assert quant.byte_form_runs()
+    assert byte_form_runs()
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
     cfg = ModelConfig.from_dir(meta)
     ours = build_model(cfg, meta, 256, torch.float32, torch.device("cpu"), weights="int4")
@@ -521,7 +530,7 @@ async def test_a_q4_k_m_model_serves_a_lora_as_peft(tiny_gguf, tmp_path, monkeyp
 
     from mellea.engine import lora
     from mellea.engine.engine import Engine
-    from mellea.engine.quant import StackedLinear
+    from mellea.engine.formats.linear import StackedLinear
     from tests.engine.test_lora import ALL_TARGETS, check, run
 
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))

@@ -94,7 +94,12 @@ def _bf16_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 def round_linears(model: nn.Module, fmt: str) -> None:
     """Round a transformers model's decoder linears as ``fmt`` stores them (in place);
     for bfloat16 their products too, as Bf16Linear does (a LoRA's stay fp32)."""
-    from mellea.engine.quant import GROUP, dequantize_groups, quantize_groups, quantize_rows
+    from mellea.engine.formats.quantize import (
+        GROUP,
+        dequantize_groups,
+        quantize_groups,
+        quantize_rows,
+    )
 
     if fmt == "float32":
         return

@@ -13,14 +13,9 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
 from mellea.engine import cpu_kernels, gguf_blocks
-from mellea.engine.quant import (
-    Int4Linear,
-    dequantize_groups,
-    dequantize_q4k,
-    tile_groups,
-    tile_q4k,
-    tile_q4k_torch,
-)
+from mellea.engine.formats.linear import Int4Linear
+from mellea.engine.formats.quantize import dequantize_groups, dequantize_q4k
+from mellea.engine.formats.tiles import tile_groups, tile_q4k, tile_q4k_torch
 from tests.engine.decode_batch import decode_batch
 from tests.engine.test_cpu_kernels import activation_error_bound
 from tests.engine.test_gguf_blocks import random_k_blocks

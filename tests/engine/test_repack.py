@@ -9,7 +9,8 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from mellea.engine import cpu_kernels, gguf_blocks
-from mellea.engine.quant import GROUP, tile_groups_torch, tile_rows_torch
+from mellea.engine.formats.quantize import GROUP
+from mellea.engine.formats.tiles import tile_groups_torch, tile_rows_torch
 from tests.engine.test_gguf_blocks import random_k_blocks
 
 pytestmark = pytest.mark.usefixtures("kernel_family")  # every test on each family
@@ -53,7 +54,7 @@ def test_gguf_int8_rows_is_quantize_rows_of_the_reference(qtype):
     gguf package's dequantized values, bit for bit (a zero row included)."""
     from gguf.quants import dequantize, quantize
 
-    from mellea.engine.quant import quantize_rows
+    from mellea.engine.formats.quantize import quantize_rows
 
     if qtype == Q.Q6_K:
         raw = random_k_blocks(qtype, 24, 1024, seed=9)

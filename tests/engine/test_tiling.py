@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from mellea.engine.quant import GROUP, TILE, tile_groups
+from mellea.engine.formats.quantize import GROUP
+from mellea.engine.formats.tiles import TILE, tile_groups
 
 
 def element(packed: torch.Tensor, row: int, group: int, e: int) -> int:
@@ -42,7 +43,7 @@ def test_tile_groups_follows_its_documented_layout():
 
 
 def test_tile_rows_follows_its_documented_layout():
-    from mellea.engine.quant import tile_rows
+    from mellea.engine.formats.tiles import tile_rows
 
     torch.manual_seed(1)
     n, k = 37, 2 * GROUP  # a padded last tile

@@ -1,4 +1,4 @@
-"""How far a weight format (see :mod:`mellea.engine.quant`) moves a model from fp32.
+"""How far a weight format (see :mod:`mellea.engine.formats`) moves a model from fp32.
 
 Over a fixed set of chat prompts, fp32 greedy continuations are the reference:
 
