@@ -1,4 +1,4 @@
-"""The environment switches that choose how the engine computes, read in one place.
+"""The environment variables the engine reads, read in one place.
 
 Each is read when :func:`read_switches` is called, never at import, so a test may
 set one with ``monkeypatch.setenv`` before it builds a model or dispatches an op.
@@ -8,6 +8,9 @@ set one with ``monkeypatch.setenv`` before it builds a model or dispatches an op
 ``MELLEA_ENGINE_REFERENCE=1``  on CPU, run the kernels' path (their PyTorch references)
 ``MELLEA_DISABLE_TRITON=1``    never use Triton kernels, even on CUDA
 ``MELLEA_FORCE_TRITON=1``      take the Triton path on CPU tensors too (kernel tests)
+``MELLEA_CPU_THREADS=N``       on CPU, run every step on N threads (no tuning)
+``MELLEA_CUDA_GRAPHS=0``       on CUDA, run decode steps eagerly (no CUDA graphs)
+``MELLEA_CACHE_DIR=DIR``       where converted models live (``~/.cache/mellea``)
 =============================  ======================================================
 """
 
@@ -15,6 +18,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
+
+THREADS_ENV = "MELLEA_CPU_THREADS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +31,9 @@ class EngineSwitches:
     reference: bool = False  # the CPU runs the kernels' path instead of its fast path
     disable_triton: bool = False  # Triton never runs
     force_triton: bool = False  # Triton runs on any device (with TRITON_INTERPRET=1 on CPU)
+    cpu_threads: int | None = None  # a thread count pinned for every step (None: tuned)
+    cuda_graphs: bool = True  # decode may run as captured CUDA graphs
+    cache_dir: Path | None = None  # where converted models live (None: the default)
 
 
 def read_switches() -> EngineSwitches:
@@ -35,4 +44,13 @@ def read_switches() -> EngineSwitches:
         reference=env.get("MELLEA_ENGINE_REFERENCE") == "1",
         disable_triton=env.get("MELLEA_DISABLE_TRITON") == "1",
         force_triton=env.get("MELLEA_FORCE_TRITON") == "1",
+        cpu_threads=_positive(env.get(THREADS_ENV, "")),
+        cuda_graphs=env.get("MELLEA_CUDA_GRAPHS", "1") != "0",
+        cache_dir=Path(env["MELLEA_CACHE_DIR"]) if env.get("MELLEA_CACHE_DIR") else None,
     )
+
+
+def _positive(text: str) -> int | None:
+    """``text`` as a count above zero, else None."""
+    text = text.strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None

@@ -20,6 +20,9 @@ SWITCHES = (
     "MELLEA_ENGINE_REFERENCE",
     "MELLEA_DISABLE_TRITON",
     "MELLEA_FORCE_TRITON",
+    "MELLEA_CPU_THREADS",
+    "MELLEA_CUDA_GRAPHS",
+    "MELLEA_CACHE_DIR",
 )
 
 
@@ -35,9 +38,20 @@ def test_switches_are_read_when_asked_not_at_import(no_switches, monkeypatch):
     monkeypatch.setenv("MELLEA_ENGINE_REFERENCE", "1")
     monkeypatch.setenv("MELLEA_DISABLE_TRITON", "1")
     monkeypatch.setenv("MELLEA_FORCE_TRITON", "1")
+    monkeypatch.setenv("MELLEA_CPU_THREADS", "3")
+    monkeypatch.setenv("MELLEA_CUDA_GRAPHS", "0")
+    monkeypatch.setenv("MELLEA_CACHE_DIR", "/somewhere")
     assert read_switches() == EngineSwitches(
-        cpu_kernel=False, reference=True, disable_triton=True, force_triton=True
+        cpu_kernel=False,
+        reference=True,
+        disable_triton=True,
+        force_triton=True,
+        cpu_threads=3,
+        cuda_graphs=False,
+        cache_dir=Path("/somewhere"),
     )
+    monkeypatch.setenv("MELLEA_CPU_THREADS", "0")  # not a count: the tuner chooses
+    assert read_switches().cpu_threads is None
 
 
 def test_the_switches_are_named_only_in_the_settings_module():
