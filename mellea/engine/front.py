@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from mellea.engine.chat import render_chat
 from mellea.engine.constraints import Constraint, ConstraintCompiler
@@ -70,7 +70,9 @@ class RequestStream:
     busy are merged into one.
     """
 
-    def __init__(self, front: EngineFront[Any], seq: Sequence, loop: asyncio.AbstractEventLoop):
+    def __init__(
+        self, front: EngineFront[Any], seq: Sequence, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.request_id = seq.request_id
         self._seq = seq
         self._front = front
@@ -147,9 +149,12 @@ class _Request:
 
 class EngineFront(Generic[CoreT]):
     """An :class:`~mellea.engine.interface.InferenceEngine` over the core that
-    ``build_core`` returns, which runs on the front's own thread (so, on CPU, one OpenMP
-    team runs the model's every op: two teams on two cores made each step ~1.7x slower).
+    ``build_core`` returns (run on the front's own thread: on CPU, one OpenMP team then
+    runs the model's every op; two teams on two cores made each step ~1.7x slower), for
+    the model directory ``path``, reported as ``model_id``.
     """
+
+    core: CoreT  # set on the engine thread, once built
 
     def __init__(
         self, path: Path, model_id: str, build_core: Callable[[], CoreT], thread_name: str
@@ -318,7 +323,7 @@ class EngineFront(Generic[CoreT]):
         for request_id in list(self._requests):
             self.abort(request_id)
 
-    def __enter__(self) -> EngineFront[CoreT]:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
