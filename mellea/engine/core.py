@@ -5,7 +5,7 @@ inputs, run the model, sample, append each sampled token to its sequence, and
 return what happened to each request (a :class:`StepOutput`). Nothing here locks,
 waits or decodes text, so tests drive it by calling ``step()``.
 
-The threaded front (:mod:`mellea.engine.engine`) runs a step in its three phases,
+The threaded front (:mod:`mellea.engine.front`) runs a step in its three phases,
 :meth:`EngineCore.schedule`, :meth:`EngineCore.execute` and :meth:`EngineCore.update`,
 holding its lock for the first and last only, so requests can be added and aborted
 while the model runs; it turns the tokens into text (:mod:`mellea.engine.output`)
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -36,24 +37,14 @@ from mellea.engine.lora import AdapterInfo, AdapterUse, LoraAdapter, load_peft_a
 from mellea.engine.model_runner import ModelRunner, StepInputs
 from mellea.engine.sampler import SamplingFailed
 from mellea.engine.scheduler import ScheduledBatch, Scheduler
-from mellea.engine.sequence import Sequence
+from mellea.engine.sequence import Sequence, StepOutput
+from mellea.engine.stats import StepTimes, engine_stats
 from mellea.engine.stops import StopChecker
 from mellea.engine.switches import read_switches
 from mellea.engine.types import FinishReason, SamplingParams, SamplingParamsError, TokenLogprobs
 from mellea.engine.validation import check_engine_sizes, unsampleable, validate_request
 
 log = logging.getLogger("mellea.engine")
-
-
-@dataclass
-class StepOutput:
-    """What one step did to one request: a new token, or an error that ended it."""
-
-    seq: Sequence
-    token: int | None = None
-    logprobs: TokenLogprobs | None = None
-    finish_reason: FinishReason | None = None  # set when this step ended the sequence
-    error: Exception | None = None  # the sequence failed (and was aborted)
 
 
 @dataclass
@@ -127,6 +118,27 @@ class EngineCore:
         self.scheduler = Scheduler(self.blocks, max_num_seqs, max_num_batched_tokens)
         self.requests: dict[str, Sequence] = {}  # the unfinished sequences, by request id
         self.num_steps = 0  # steps that ran the model
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the model's output: the token ids a request may hold."""
+        return self.model_config.vocab_size
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest prompt + output, in tokens (the model's positions, or what the KV
+        cache holds if that is less)."""
+        return self.config.max_model_len
+
+    @property
+    def weights(self) -> str:
+        """The weights' format (what ``dtype`` resolved to, e.g. ``int4`` for ``auto``)."""
+        return self.config.weights
+
+    def stats(self, times: StepTimes) -> dict[str, Any]:
+        """KV cache, queue and prefix cache counters, the compute path the model runs,
+        and the front's step ``times``."""
+        return engine_stats(self, times)
 
     # -- requests ---------------------------------------------------------------
 

@@ -27,17 +27,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import torch
 
+from mellea.engine.switches import read_switches
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-THREADS_ENV = "MELLEA_CPU_THREADS"
 PROBE_STEPS = 4  # decode steps timed per candidate (after one to settle)
 PROBE_EVERY_S = 3.0  # seconds between probes, doubled while the choice holds ...
 PROBE_EVERY_MAX_S = 48.0  # ... up to this
@@ -79,9 +79,8 @@ class ThreadTuner:
     grow rarer."""
 
     def __init__(self, most: int | None = None, clock=time.perf_counter) -> None:
-        pinned = os.environ.get(THREADS_ENV, "").strip()
         self.most = most or torch.get_num_threads()
-        self.pinned = int(pinned) if pinned.isdigit() and int(pinned) > 0 else None
+        self.pinned = read_switches().cpu_threads
         self.clock = clock
         self.current = self.pinned or self.most
         self._queue: list[int] = []  # candidates still to time in this probe

@@ -17,12 +17,12 @@ since they hold the adapters' stacks (:mod:`mellea.engine.lora_dense`).
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 
 from mellea.engine.cpu_attention import AttentionMetadata
 from mellea.engine.lora import AdapterSet, LoraStep
+from mellea.engine.switches import read_switches
 
 log = logging.getLogger("mellea.engine")
 
@@ -32,7 +32,7 @@ GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512
 
 def graphs_enabled(device: torch.device) -> bool:
     """Whether decode runs as CUDA graphs here (``MELLEA_CUDA_GRAPHS=0`` turns it off)."""
-    return device.type == "cuda" and os.environ.get("MELLEA_CUDA_GRAPHS", "1") != "0"
+    return device.type == "cuda" and read_switches().cuda_graphs
 
 
 def graph_sizes(max_batch: int) -> list[int]:

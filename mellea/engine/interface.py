@@ -1,9 +1,13 @@
-"""What the rest of the project may use of an engine: :class:`InferenceEngine`.
+"""What the rest of the project may use of an engine (:class:`InferenceEngine`), and
+what the engine's front steps (:class:`SteppingCore`).
 
 The batching :class:`~mellea.engine.engine.Engine` and the transformers
-:class:`~mellea.engine.fallback.FallbackEngine` both satisfy it (a test checks their
-signatures against it), and so must whatever a ``Runtime``'s ``engine_factory``
-builds. Importing this module loads neither torch nor transformers.
+:class:`~mellea.engine.fallback.FallbackEngine` both satisfy :class:`InferenceEngine`
+(a test checks their signatures against it), and so must whatever a ``Runtime``'s
+``engine_factory`` builds. Both are one front (:class:`mellea.engine.front.EngineFront`:
+the thread, the lock, request streams, abort, shutdown) over a :class:`SteppingCore`:
+:class:`~mellea.engine.core.EngineCore` or :class:`~mellea.engine.fallback.FallbackCore`.
+Importing this module loads neither torch nor transformers.
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from mellea.engine.types import RequestOutput, SamplingParams
 
 if TYPE_CHECKING:
+    from os import PathLike
+
     from mellea.engine.constraints import Constraint
+    from mellea.engine.sequence import Sequence, StepOutput
+    from mellea.engine.stats import StepTimes
+    from mellea.engine.types import FinishReason
 
 
 @runtime_checkable
@@ -84,6 +93,96 @@ class InferenceEngine(Protocol):
 
     def shutdown(self) -> None:
         """Stop the engine's thread; unfinished requests end with "abort"."""
+        ...
+
+
+@runtime_checkable
+class SteppingCore(Protocol):
+    """A model and its live requests, stepped by one thread and locked by the front.
+
+    A step runs in three phases so the front can hold its lock for the first and last
+    only: :meth:`schedule` (pick the work and build its inputs), :meth:`execute` (the
+    forward pass and sampling: touches only what ``schedule`` returned, the model and
+    its cache) and :meth:`update` (append the tokens, end what finished). :meth:`step`
+    runs the three at once, for a caller without threads. Nothing here renders text:
+    the front turns tokens into text and ends a request on a stop string (:meth:`finish`).
+    """
+
+    eos_token_ids: set[int]  # set by the front once the tokenizer is read
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the model's output: the token ids a request may hold."""
+        ...
+
+    @property
+    def max_model_len(self) -> int:
+        """Longest prompt + output, in tokens."""
+        ...
+
+    @property
+    def weights(self) -> str:
+        """The format the weights are served in."""
+        ...
+
+    @property
+    def adapters(self) -> dict[str, Any]:
+        """Name -> what is known of each loaded adapter (empty where none can load)."""
+        ...
+
+    def read_adapter(self, name: str, path: str | PathLike) -> Any:
+        """Read an adapter directory (no lock needed); ``AdapterLoadError`` if it cannot."""
+        ...
+
+    def add_adapter(self, adapter: Any) -> None:
+        """Make a read adapter available to new requests (under the front's lock)."""
+        ...
+
+    def new_sequence(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        constraint: Constraint | None = None,
+    ) -> Sequence:
+        """Validate a request and build its sequence (no lock needed; not queued yet)."""
+        ...
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a sequence."""
+        ...
+
+    def abort(self, request_id: str, only: Sequence | None = None) -> Sequence | None:
+        """End a request now; its sequence, or None if it was not running (or, with
+        ``only``, was another sequence under the same id)."""
+        ...
+
+    def finish(self, seq: Sequence, reason: FinishReason) -> bool:
+        """End ``seq`` for ``reason``; False if it had already ended."""
+        ...
+
+    def has_work(self) -> bool:
+        """Whether any sequence is waiting or running."""
+        ...
+
+    def schedule(self) -> Any | None:
+        """The next step's work and inputs; None if nothing can run."""
+        ...
+
+    def execute(self, scheduled: Any) -> Any:
+        """Run the forward pass and sample (off the front's lock)."""
+        ...
+
+    def update(self, scheduled: Any, sampled: Any) -> list[StepOutput]:
+        """Record a step's tokens; an output per request that got a token or failed."""
+        ...
+
+    def step(self) -> list[StepOutput]:
+        """:meth:`schedule`, :meth:`execute` and :meth:`update` at once."""
+        ...
+
+    def stats(self, times: StepTimes) -> dict[str, Any]:
+        """Counters for metrics (at least ``running``), with the front's step ``times``."""
         ...
 
 

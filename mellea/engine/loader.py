@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mellea.engine.switches import read_switches
+
 log = logging.getLogger("mellea.engine.loader")
 
 DEFAULT_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -48,8 +50,8 @@ class ModelNotFoundError(RuntimeError):
 
 def cache_dir() -> Path:
     """Where converted models live (``$MELLEA_CACHE_DIR`` or ``~/.cache/mellea``)."""
-    root = os.environ.get("MELLEA_CACHE_DIR") or Path.home() / ".cache" / "mellea"
-    return Path(root) / "models"
+    root = read_switches().cache_dir or Path.home() / ".cache" / "mellea"
+    return root / "models"
 
 
 def bundled_gguf_path() -> Path | None:

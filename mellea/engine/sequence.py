@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mellea.engine.types import FinishReason, SamplingParams
+from mellea.engine.types import FinishReason, SamplingParams, TokenLogprobs
 
 if TYPE_CHECKING:
     import torch
@@ -99,3 +100,14 @@ class Sequence:
             f"Sequence({self.request_id!r}, {self.status.value}, tokens={self.num_tokens}, "
             f"computed={self.num_computed}, blocks={len(self.block_table)})"
         )
+
+
+@dataclass
+class StepOutput:
+    """What one step did to one request: a new token, or an error that ended it."""
+
+    seq: Sequence
+    token: int | None = None
+    logprobs: TokenLogprobs | None = None
+    finish_reason: FinishReason | None = None  # set when this step ended the sequence
+    error: Exception | None = None  # the sequence failed (and was aborted)

@@ -162,7 +162,10 @@ class PluginManager:
     ) -> PluginResult | None:
         """One handler; its failure or timeout is logged and counts as "carry on"."""
         try:
-            result = await asyncio.wait_for(handler.fn(payload, context), self.timeout)
+            # In this task (not wait_for's own on 3.11, which could drop a cancel that
+            # arrived as the handler returned: a client's leaving went unnoticed).
+            async with asyncio.timeout(self.timeout):
+                result = await handler.fn(payload, context)
         except Exception as exc:
             logger.warning(
                 "plugin %s failed at %s (ignored): %r", handler.name, handler.hook_type, exc

@@ -14,11 +14,17 @@ T = TypeVar("T")
 
 async def before(deadline: float | None, awaitable: Awaitable[T]) -> T:
     """Await ``awaitable``, cancelling it if the ``time.monotonic()`` deadline passes
-    (then :class:`mellea.serve.errors.StreamTimeoutError`)."""
+    (then :class:`mellea.serve.errors.StreamTimeoutError`).
+
+    The wait runs in the caller's task (``asyncio.timeout``), not in a task of its own as
+    ``asyncio.wait_for`` runs it on Python 3.11: there, a cancel that arrived as the
+    awaited result did (a client leaving while tokens stream in) was dropped and the
+    reply read on to its end, keeping the engine generating for nobody.
+    """
     if deadline is None:
         return await awaitable
-    remaining = deadline - time.monotonic()
     try:
-        return await asyncio.wait_for(awaitable, timeout=max(remaining, 0.0))
+        async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+            return await awaitable
     except TimeoutError:
         raise StreamTimeoutError from None

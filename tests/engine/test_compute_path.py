@@ -21,6 +21,9 @@ SWITCHES = (
     "MELLEA_DISABLE_TRITON",
     "MELLEA_FORCE_TRITON",
     "ONEDNN_MAX_CPU_ISA",
+    "MELLEA_CPU_THREADS",
+    "MELLEA_CUDA_GRAPHS",
+    "MELLEA_CACHE_DIR",
 )
 
 
@@ -36,9 +39,20 @@ def test_switches_are_read_when_asked_not_at_import(no_switches, monkeypatch):
     monkeypatch.setenv("MELLEA_ENGINE_REFERENCE", "1")
     monkeypatch.setenv("MELLEA_DISABLE_TRITON", "1")
     monkeypatch.setenv("MELLEA_FORCE_TRITON", "1")
+    monkeypatch.setenv("MELLEA_CPU_THREADS", "3")
+    monkeypatch.setenv("MELLEA_CUDA_GRAPHS", "0")
+    monkeypatch.setenv("MELLEA_CACHE_DIR", "/somewhere")
     assert read_switches() == EngineSwitches(
-        cpu_kernel=False, reference=True, disable_triton=True, force_triton=True
+        cpu_kernel=False,
+        reference=True,
+        disable_triton=True,
+        force_triton=True,
+        cpu_threads=3,
+        cuda_graphs=False,
+        cache_dir=Path("/somewhere"),
     )
+    monkeypatch.setenv("MELLEA_CPU_THREADS", "0")  # not a count: the tuner chooses
+    assert read_switches().cpu_threads is None
 
 
 def test_the_switches_are_named_only_in_the_settings_module():

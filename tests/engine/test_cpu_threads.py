@@ -7,6 +7,7 @@ import torch
 
 from mellea.engine import cpu_threads
 from mellea.engine.cpu_threads import PROBE_EVERY_S, PROBE_STEPS, SWITCH_MARGIN, ThreadTuner
+from mellea.engine.switches import THREADS_ENV
 
 
 class Clock:
@@ -22,7 +23,7 @@ def threads_set(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """What the tuner asks torch for, recorded instead of applied."""
     calls: list[int] = []
     monkeypatch.setattr(cpu_threads.torch, "set_num_threads", calls.append)
-    monkeypatch.delenv(cpu_threads.THREADS_ENV, raising=False)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
     return calls
 
 
@@ -160,7 +161,7 @@ def test_counts_are_compared_at_one_step_size(threads_set):
 
 
 def test_an_env_setting_pins_the_count(threads_set, monkeypatch):
-    monkeypatch.setenv(cpu_threads.THREADS_ENV, "1")
+    monkeypatch.setenv(THREADS_ENV, "1")
     clock = Clock()
     tuner = ThreadTuner(most=2, clock=clock)
     run(tuner, clock, threads_set, {1: 0.05, 2: 0.01}, 30)

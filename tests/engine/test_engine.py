@@ -400,7 +400,7 @@ async def test_logprobs_are_taken_before_the_grammar_mask(make_engine, tiny_hf_m
 
 
 def test_merge_concatenates_logprobs():
-    from mellea.engine.engine import _merge
+    from mellea.engine.front import _merge
 
     def out(token: int, logprobs: bool) -> RequestOutput:
         entries = [TokenLogprobs(token, -1.0, [])] if logprobs else None

@@ -108,6 +108,28 @@ async def test_greedy_matches_transformers_for_concurrent_requests(fallback, hyb
         assert text == fallback.tokenizer.decode(tokens, skip_special_tokens=True)
 
 
+def test_the_fallback_core_steps_without_a_thread(hybrid):
+    """The core alone: requests take turns, one token each, and match transformers."""
+    from mellea.engine.fallback import FallbackCore
+    from mellea.engine.loader import ResolvedModel
+    from mellea.engine.stats import StepTimes
+
+    core = FallbackCore(ResolvedModel(hybrid[0], str(hybrid[0])))
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    seqs = [core.new_sequence(f"r{i}", prompt, params) for i, prompt in enumerate(PROMPTS)]
+    for seq in seqs:
+        core.add(seq)
+    order: list[str] = []
+    while core.has_work():
+        (out,) = core.step()
+        order.append(out.seq.request_id)
+    assert order == ["r0", "r1"] * 6
+    for seq, prompt in zip(seqs, PROMPTS, strict=True):
+        assert seq.token_ids[len(prompt) :] == hf_greedy(hybrid[1], prompt, 6)
+        assert seq.finish_reason == "length"
+    assert core.stats(StepTimes())["running"] == 0
+
+
 async def test_logprobs_match_transformers(fallback, hybrid):
     params = SamplingParams(max_tokens=5, logprobs=3, ignore_eos=True)
     tokens, entries, prompt = [], [], PROMPTS[0]

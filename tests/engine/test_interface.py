@@ -6,9 +6,16 @@ import inspect
 
 import pytest
 
+from mellea.engine.core import EngineCore
 from mellea.engine.engine import Engine
-from mellea.engine.fallback import FallbackEngine
-from mellea.engine.interface import InferenceEngine, missing_members, protocol_members
+from mellea.engine.fallback import FallbackCore, FallbackEngine
+from mellea.engine.front import EngineFront
+from mellea.engine.interface import (
+    InferenceEngine,
+    SteppingCore,
+    missing_members,
+    protocol_members,
+)
 
 
 def _parameters(function) -> list[tuple]:
@@ -33,6 +40,32 @@ def test_engine_class_has_the_protocols_member_with_its_signature(engine_class, 
     assert _parameters(got) == _parameters(wanted), name
 
 
+def _core_members() -> list[str]:
+    names = set(SteppingCore.__annotations__)
+    return sorted(names | {n for n in vars(SteppingCore) if not n.startswith("_")})
+
+
+@pytest.mark.parametrize("core_class", [EngineCore, FallbackCore])
+@pytest.mark.parametrize("name", _core_members())
+def test_both_cores_have_the_stepping_protocols_member(core_class, name):
+    """The front steps either core through SteppingCore alone (its phases take each
+    core's own types, so only the parameters' names, kinds and defaults must agree)."""
+    wanted = inspect.getattr_static(SteppingCore, name, None)
+    got = inspect.getattr_static(core_class, name, None)
+    if wanted is None:  # a data member (eos_token_ids): set on the instance
+        assert name in SteppingCore.__annotations__
+        return
+    if isinstance(wanted, property):
+        assert isinstance(got, property), f"{core_class.__name__}.{name} is not a property"
+        return
+    assert callable(got), f"{core_class.__name__} has no method {name}"
+    assert [p[:3] for p in _parameters(got)] == [p[:3] for p in _parameters(wanted)], name
+
+
+def test_both_engines_are_the_one_front():
+    assert issubclass(Engine, EngineFront) and issubclass(FallbackEngine, EngineFront)
+
+
 def test_the_protocol_names_what_the_serving_side_uses():
     assert set(protocol_members()) >= {
         "add_request",
@@ -50,6 +83,7 @@ def test_the_protocol_names_what_the_serving_side_uses():
 def test_a_built_engine_is_one(make_engine):
     engine = make_engine()
     assert isinstance(engine, InferenceEngine) and missing_members(engine) == []
+    assert isinstance(engine.core, SteppingCore)
     assert engine.weights == engine.config.weights == "float32"
 
 

@@ -72,7 +72,8 @@ class CancelSignal:
                 await self._event.wait()
                 return
             try:
-                await asyncio.wait_for(self._event.wait(), self._interval)
+                async with asyncio.timeout(self._interval):  # wait_for could drop a cancel
+                    await self._event.wait()
             except TimeoutError:
                 if await _settled(self._check()):
                     self._event.set()
