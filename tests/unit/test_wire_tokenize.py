@@ -287,6 +287,18 @@ async def test_the_model_a_program_loads_at_import_is_used(model_dir, hf, monkey
         assert reply["tokens"] == hf.encode(TEXT)
 
 
+async def test_a_chat_replys_prompt_tokens_are_what_tokenize_counted(model_dir, monkeypatch):
+    monkeypatch.setenv("LOCAL_MODEL", str(model_dir))
+    messages = [{"role": "system", "content": "Be brief."}, *USER]
+    for app in built("chat_passthrough.py"):
+        async with client_for(app) as client:
+            counted = await post(client, "/tokenize", {"messages": messages})
+            reply = await post(
+                client, "/v1/chat/completions", {"messages": messages, "max_tokens": 2}
+            )
+        assert reply["usage"]["prompt_tokens"] == counted["count"]
+
+
 # -- add_special_tokens' defaults, on a tokenizer that adds a BOS -----------------------------
 
 
