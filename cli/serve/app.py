@@ -16,7 +16,14 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cli.serve import chat_routes, completion_routes, health_routes, model_routes, responses_routes
+from cli.serve import (
+    chat_routes,
+    completion_routes,
+    health_routes,
+    model_routes,
+    responses_routes,
+    tokenizer_routes,
+)
 from cli.serve.admission import Admission
 from cli.serve.auth import ApiKeyAuth
 from cli.serve.hooks import ServerHooks
@@ -49,6 +56,7 @@ ROUTERS = [
     model_routes.router,
     chat_routes.router,
     completion_routes.router,
+    tokenizer_routes.router,
 ]
 
 log = logging.getLogger("mellea.serve")

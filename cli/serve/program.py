@@ -24,6 +24,7 @@ import anyio
 from mellea.backends.runtime import Runtime
 from mellea.serve.messages import ChatMessage
 from mellea.serve.options import ServeArguments
+from mellea.serve.unread_media import refuse_unread_media
 
 OPTIONAL_PARAMETERS = ("requirements", "model_options", "format", "client_options")
 
@@ -74,7 +75,11 @@ class Program:
         )
 
     async def call(self, args: ServeArguments) -> Any:
-        """Call ``serve()`` with what it declares; sync programs run in a worker thread."""
+        """Call ``serve()`` with what it declares; sync programs run in a worker thread.
+
+        Images or audio in the messages that ``serve()`` returned without reading are a
+        400 naming the part (:mod:`mellea.serve.unread_media`).
+        """
         candidates = {
             "requirements": args.requirements,
             "model_options": args.model_options,
@@ -83,7 +88,9 @@ class Program:
         }
         kwargs = {name: value for name, value in candidates.items() if name in self.accepts}
         with _active(self.runtime):
-            return await _invoke(self.serve, args.messages, kwargs)
+            result = await _invoke(self.serve, args.messages, kwargs)
+        await refuse_unread_media(args.messages, result)
+        return result
 
     async def complete(self, prompt: str, model_options: dict[str, Any]) -> Any:
         """Serve one ``/v1/completions`` prompt.

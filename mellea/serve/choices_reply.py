@@ -71,7 +71,7 @@ class ChoicesReply(Reply[T]):
             usage = tally.total()
             if choices.observer is not None:
                 choices.observer.on_finish(usage)
-            return [self.frame(None, usage=usage or Usage())] if self.context.include_usage else []
+            return [self.frame(None, usage=usage)] if self.context.include_usage else []
 
         streams = [
             self.chunks(reader.events(), index, tally)

@@ -4,13 +4,23 @@ Content parts keep images (``image_url``: a ``data:`` URL or an http(s) URL) and
 (``input_audio``: base64 data and its format). They are checked when the request is
 read, so :meth:`ChatMessage.get_image_blocks` and :meth:`ChatMessage.get_audio_blocks`
 hand a program valid blocks; http(s) URLs are passed on, never fetched by the server.
+A message notes when the program reads its media (:attr:`ChatMessage.media_taken`), so
+the server can refuse media a program answered without (:mod:`mellea.serve.unread_media`).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from mellea.core.content import (
@@ -185,6 +195,25 @@ class ChatMessage(BaseModel):
     tool_calls: list[ToolCall] | None = None
     function_call: dict[str, Any] | None = None
     reasoning_content: str | None = Field(default=None, exclude=True)
+    # Set when the program reads the message's images or audio (or the whole message).
+    _media_taken: bool = PrivateAttr(default=False)
+
+    @property
+    def media_taken(self) -> bool:
+        """Whether the program read this message's images or audio: through
+        :meth:`get_image_urls`, :meth:`get_image_blocks`, :meth:`get_audio_blocks` or
+        :meth:`to_openai` (which hands every part on)."""
+        return self._media_taken
+
+    def media_parts(self) -> list[tuple[int, str]]:
+        """``(index, type)`` of each ``image_url`` and ``input_audio`` part of the content."""
+        if not isinstance(self.content, list):
+            return []
+        return [
+            (index, part.type)
+            for index, part in enumerate(self.content)
+            if isinstance(part, ImageUrlContent | InputAudioContent)
+        ]
 
     def get_text_content(self) -> str:
         """The message's text: the string content, or its text parts joined."""
@@ -196,6 +225,7 @@ class ChatMessage(BaseModel):
 
     def get_image_urls(self) -> list[str]:
         """The ``url`` of each image part, in order (data: URLs and http(s) URLs)."""
+        self._media_taken = True
         if not isinstance(self.content, list):
             return []
         return [p.image_url["url"] for p in self.content if isinstance(p, ImageUrlContent)]
@@ -209,6 +239,7 @@ class ChatMessage(BaseModel):
 
     def get_audio_blocks(self) -> list[AudioBlock]:
         """The message's audio clips, one ``AudioBlock`` per ``input_audio`` part."""
+        self._media_taken = True
         if not isinstance(self.content, list):
             return []
         return [
@@ -219,4 +250,5 @@ class ChatMessage(BaseModel):
 
     def to_openai(self) -> dict[str, Any]:
         """The message as a plain OpenAI-style dict (for a chat template or a remote API)."""
+        self._media_taken = True
         return self.model_dump(exclude_none=True)

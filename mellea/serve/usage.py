@@ -88,7 +88,8 @@ class Tally:
         self.usages[index] = finish.usage
         self.calls[index] = finish.other_calls
 
-    def total(self) -> Usage | None:
-        """The whole reply's usage (``None`` if nothing reported any)."""
+    def total(self) -> Usage:
+        """The whole reply's usage: zeros when nothing reported any (a program that
+        answered without a model call), since OpenAI's replies always carry one."""
         usage = total_usage(self.usages, self.n)
-        return with_calls(usage, [call for run in self.calls for call in run])
+        return with_calls(usage, [call for run in self.calls for call in run]) or Usage()

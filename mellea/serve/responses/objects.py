@@ -65,12 +65,20 @@ class ReasoningText(BaseModel):
     text: str = ""
 
 
+class SummaryText(BaseModel):
+    """A part of a reasoning item's ``summary``: here the reasoning text itself, given
+    when the request asked for a summary (``reasoning.summary``)."""
+
+    type: Literal["summary_text"] = "summary_text"
+    text: str = ""
+
+
 class ReasoningItem(BaseModel):
     """The model's reasoning, in ``output`` before the message it led to."""
 
     type: Literal["reasoning"] = "reasoning"
     id: str
-    summary: list[Any] = Field(default_factory=list)
+    summary: list[SummaryText] = Field(default_factory=list)
     content: list[ReasoningText] = Field(default_factory=list)
     status: ItemStatus = "in_progress"
 

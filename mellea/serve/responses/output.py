@@ -4,6 +4,11 @@ Items follow the reply in order: reasoning, then the assistant message, with a f
 call closing whatever item was open. The same builder serves streamed and non-streamed
 requests, so both end with the same output.
 
+When the request asks for a reasoning summary (``reasoning.summary``), a reasoning item
+also carries its text as one ``summary_text`` part, announced by the
+``response.reasoning_summary_*`` events beside the ``reasoning_text`` ones: clients that
+read only ``summary`` (the AI SDK) show the reasoning too.
+
 Token log-probabilities, when asked for, go only with message text: entries of tokens
 that gave no message text (reasoning, tool-call markup) wait for the next
 ``output_text`` delta, or for the message's ``done`` event if it closes first.
@@ -25,6 +30,7 @@ from mellea.serve.responses.objects import (
     OutputText,
     ReasoningItem,
     ReasoningText,
+    SummaryText,
 )
 
 Event = dict[str, Any]
@@ -41,13 +47,16 @@ class OutputBuilder:
         output: list[OutputItem],
         logprobs: bool = False,
         new_id: Callable[[str], str] = new_item_id,
+        summary: bool = False,
     ) -> None:
         """Build into ``output`` (the response object's own list); with ``logprobs``,
         message text parts carry the log-probabilities of their tokens. ``new_id(prefix)``
-        names each new item (a replay passes the stored ids)."""
+        names each new item (a replay passes the stored ids). With ``summary``, reasoning
+        items carry their text in ``summary`` too."""
         self.output = output
         self.logprobs = logprobs
         self.new_id = new_id
+        self.summary = summary
         self._open: OutputMessage | ReasoningItem | None = None
         self._seen = 0  # log-probability entries taken from the reply so far
         self._pending: list[dict[str, Any]] = []  # ... and not yet sent with message text
@@ -63,7 +72,10 @@ class OutputBuilder:
     def reasoning(self, text: str) -> list[Event]:
         """Reasoning text: continues the open reasoning item or starts one."""
         events = [] if isinstance(self._open, ReasoningItem) else self._start(ReasoningItem)
-        return [*events, self._append(text, "response.reasoning_text.delta")]
+        events.append(self._append(text, "response.reasoning_text.delta"))
+        if self.summary:
+            events.append(self._summary_delta(text))
+        return events
 
     def text(self, text: str) -> list[Event]:
         """Message text: continues the open message or starts one."""
@@ -133,6 +145,7 @@ class OutputBuilder:
         return [
             done,
             {"type": "response.content_part.done", **where, "part": part.model_dump(mode="json")},
+            *self._summary_done(item, index),
             _item_event("response.output_item.done", item, index),
         ]
 
@@ -163,7 +176,36 @@ class OutputBuilder:
                 "part": part.model_dump(mode="json"),
             }
         )
+        if self.summary and isinstance(item, ReasoningItem):
+            summary = SummaryText()
+            item.summary.append(summary)
+            events.append(_summary_event("response.reasoning_summary_part.added", item, index))
         return events
+
+    def _summary_delta(self, text: str) -> Event:
+        """The open reasoning item's summary grows by ``text``."""
+        item = self._open
+        assert isinstance(item, ReasoningItem)
+        item.summary[0].text += text
+        index = len(self.output) - 1
+        return {
+            "type": "response.reasoning_summary_text.delta",
+            "item_id": item.id,
+            "output_index": index,
+            "summary_index": 0,
+            "delta": text,
+        }
+
+    def _summary_done(self, item: OutputMessage | ReasoningItem, index: int) -> list[Event]:
+        """The events that close a reasoning item's summary part (none without one)."""
+        if not isinstance(item, ReasoningItem) or not item.summary:
+            return []
+        where = {"item_id": item.id, "output_index": index, "summary_index": 0}
+        text = item.summary[0].text
+        return [
+            {"type": "response.reasoning_summary_text.done", **where, "text": text},
+            _summary_event("response.reasoning_summary_part.done", item, index),
+        ]
 
     def _take(self, part: OutputText) -> list[dict[str, Any]]:
         """The pending log-probability entries, now added to ``part``."""
@@ -188,3 +230,18 @@ class OutputBuilder:
 
 def _item_event(event_type: str, item: OutputItem, index: int) -> Event:
     return {"type": event_type, "output_index": index, "item": item.model_dump(mode="json")}
+
+
+def _summary_event(event_type: str, item: ReasoningItem, index: int) -> Event:
+    return {
+        "type": event_type,
+        "item_id": item.id,
+        "output_index": index,
+        "summary_index": 0,
+        "part": item.summary[0].model_dump(mode="json"),
+    }
+
+
+def wants_summary(reasoning: dict[str, Any] | None) -> bool:
+    """Whether a response's ``reasoning`` (as the request sent it) asks for a summary."""
+    return bool((reasoning or {}).get("summary"))

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from mellea.core.logprobs import TokenLogprob
-from mellea.serve.responses.output import Event, OutputBuilder
+from mellea.serve.responses.output import Event, OutputBuilder, wants_summary
 from mellea.serve.responses.run import terminal_event
 from mellea.serve.responses.store_api import Store, store_call
 from mellea.serve.responses.store_errors import UNAVAILABLE_MESSAGE, StoreUnavailable
@@ -80,7 +80,8 @@ def replay_events(response: dict[str, Any], starting_after: int | None = None) -
         if item.get("type") == "message"
         for part in item.get("content", [])
     )
-    builder = OutputBuilder([], wants_logprobs, lambda prefix: next(ids))
+    summary = wants_summary(response.get("reasoning"))
+    builder = OutputBuilder([], wants_logprobs, lambda prefix: next(ids), summary)
     entries: list[TokenLogprob] = []  # every message token so far, as the builder expects
     for item in stored:
         kind = item.get("type")

@@ -34,9 +34,10 @@ from mellea.serve.errors import (
     StreamTimeoutError,
 )
 from mellea.serve.program_report import with_calls
+from mellea.serve.protocol import Usage
 from mellea.serve.rendering import render_events
 from mellea.serve.responses.objects import ResponseObject, ResponseUsage
-from mellea.serve.responses.output import Event, OutputBuilder
+from mellea.serve.responses.output import Event, OutputBuilder, wants_summary
 
 log = logging.getLogger("mellea.serve")
 T = TypeVar("T")
@@ -126,7 +127,8 @@ class ResponseRun:
         If the consumer stops early (the client went away), the generation is closed
         and the response ends ``cancelled``.
         """
-        builder = OutputBuilder(self.response.output, self.logprobs)
+        summary = wants_summary(self.response.reasoning)
+        builder = OutputBuilder(self.response.output, self.logprobs, summary=summary)
         entries: list[Any] = []  # the reply's log-probability entries so far
 
         def render(event: ChoiceEvent) -> list[Event]:
@@ -195,9 +197,10 @@ class ResponseRun:
         """Close the output and settle the status, usage and report."""
         reason = _INCOMPLETE_REASONS.get(finish.reason)
         events = builder.finish("incomplete" if reason else "completed")
-        usage = with_calls(finish.usage, list(finish.other_calls))
+        # Zeros when the program answered without a model call: OpenAI always sends usage.
+        usage = with_calls(finish.usage, list(finish.other_calls)) or Usage()
         response = self.response
-        response.usage = ResponseUsage.from_usage(usage) if usage else None
+        response.usage = ResponseUsage.from_usage(usage)
         response.mellea = finish.report
         if reason:
             response.status = "incomplete"
