@@ -2,11 +2,12 @@
 read one at a time from the memory-mapped file.
 
 The directory (``config.json``, ``generation_config.json``, the tokenizer and chat
-template: see :mod:`mellea.engine.gguf_metadata`) names the file in :data:`SOURCE`; :func:`mellea.engine.weights.load_weights` then reads the tensors
-from the file itself. Names follow the ``gguf`` package's map from Hugging Face
-names to GGUF ones, and two things llama.cpp's converter does to a checkpoint are
-undone on the way: the q/k row order of Llama-architecture files (permuted for
-interleaved rotary pairs) and the +1 on Gemma's RMSNorm weights.
+template: see :mod:`mellea.engine.gguf_metadata`) names the file in :data:`SOURCE`;
+:func:`mellea.engine.weights.load_weights` then reads the tensors from the file
+itself. Names follow the ``gguf`` package's map from Hugging Face names to GGUF ones,
+and two things llama.cpp's converter does to a checkpoint are undone on the way: the
+q/k row order of Llama-architecture files (permuted for interleaved rotary pairs) and
+the +1 on Gemma's RMSNorm weights.
 """
 
 from __future__ import annotations

