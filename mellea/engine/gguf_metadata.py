@@ -186,6 +186,8 @@ def build_tokenizer(fields: dict[str, Any]) -> Any:
 
 
 def _with_stop(eos: int | list[int] | None, stop: int) -> int | list[int]:
-    """``eos`` (an id, a list or None) with ``stop`` added."""
+    """``eos`` (an id, a list or None) with ``stop`` added (as it is if it has it)."""
     ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-    return ids if stop in ids else [*ids, stop]
+    if stop not in ids:
+        return [*ids, stop]
+    return ids[0] if len(ids) == 1 else ids
