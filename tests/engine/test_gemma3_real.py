@@ -91,3 +91,22 @@ def test_served_with_m_serve_streaming_and_not():
         chunks = list(client.chat.completions.create(stream=True, **ask))
         deltas = [c.choices[0].delta.content or "" for c in chunks if c.choices]
         assert len([d for d in deltas if d]) > 1 and "".join(deltas) == text
+
+
+@pytest.mark.e2e
+def test_chats_in_gemmas_own_format_without_a_template_option():
+    """The file has no chat template: the engine takes Gemma's turn format and says so
+    at start (``<end_of_turn>`` stops a turn; greedy, this small model rarely ends one)."""
+    with serve(
+        PROGRAMS / "local_model.py", env={"LOCAL_MODEL": "gemma3-270m"}, timeout=600
+    ) as server:
+        client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="x", max_retries=0)
+        reply = client.chat.completions.create(
+            model="gemma",
+            messages=[{"role": "user", "content": "Name three colours."}],
+            temperature=0,
+            max_tokens=20,
+        )
+        text = reply.choices[0].message.content
+        assert text and text.strip() and "<end_of_turn>" not in text
+        assert "using the gemma template for architecture gemma3" in server.log
