@@ -1,5 +1,5 @@
 // SwiGLU's activation (silu_and_mul). Checked against PyTorch by
-// tests/engine/test_cpu_kernels.py (test_silu_and_mul_*).
+// tests/engine/test_cpu_kernels.py (test_silu_and_mul_matches_the_reference).
 #include <ATen/Parallel.h>
 
 #include "ops.h"

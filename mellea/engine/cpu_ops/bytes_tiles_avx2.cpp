@@ -1,6 +1,7 @@
 // The AVX2 build's byte-form tiles on vpmaddwd (the 8-lane vpdpbusd ones:
-// tiles_vnni256.h). Checked by tests/engine/test_cpu_kernels.py (test_bytes_*, bit
-// for bit against the AVX-512 build where this CPU has it).
+// tiles_vnni256.h). Checked by tests/engine/test_cpu_kernels.py (test_bytes_linear_*,
+// and bit for bit against the AVX-512 build:
+// test_the_simd_families_compute_the_same_bits).
 #include "family.h"
 
 #if defined(MELLEA_AVX2)

@@ -1,5 +1,5 @@
 // The AVX-512 build's byte-form tiles on vpdpbusd (16 lanes). Checked by
-// tests/engine/test_cpu_kernels.py (test_bytes_*) against the blocks' dequantized
+// tests/engine/test_cpu_kernels.py (test_bytes_linear_*) against the blocks' dequantized
 // weights, and tests/engine/test_gguf_models.py.
 #include "family.h"
 

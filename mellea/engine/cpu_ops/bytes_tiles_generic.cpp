@@ -1,5 +1,5 @@
 // The generic build's byte-form tile in plain loops. Checked by
-// tests/engine/test_cpu_kernels.py (test_bytes_*, its generic-family cases).
+// tests/engine/test_cpu_kernels.py (test_bytes_linear_*, on the generic family).
 #include "family.h"
 
 #if !defined(MELLEA_AVX512) && !defined(MELLEA_AVX2) && !defined(MELLEA_NEON)

@@ -1,7 +1,8 @@
 // A whole Llama-shaped decoder layer for a decode-only step (decode_layer), from the
-// other files' ops. Checked against the layer's Python path by
-// tests/engine/test_cpu_kernels.py (test_decode_layer_*), tests/engine/test_lora.py
-// (with adapters) and tests/engine/test_gguf_models.py (a GGUF's mixed forms).
+// other files' ops. Checked bit for bit against the layer's Python path by
+// tests/engine/test_dtypes.py (test_fused_decode_layers_*), tests/engine/test_q4k.py
+// (test_fused_q4_k_m_layers_*) and tests/engine/test_lora.py
+// (test_fused_layer_adds_the_deltas_*).
 #include "ops.h"
 
 namespace MELLEA_CPU_NS {

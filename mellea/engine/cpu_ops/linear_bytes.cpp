@@ -35,8 +35,9 @@
 // the same integers, the same bits.
 //
 // The tiles are each family's (bytes_tiles_<family>.cpp). Checked against the blocks'
-// dequantized weights by tests/engine/test_cpu_kernels.py (test_bytes_*, test_six_*),
-// and on a GGUF's layers by tests/engine/test_gguf_models.py.
+// dequantized weights by tests/engine/test_cpu_kernels.py (test_bytes_linear_*,
+// test_the_six_bit_form_*, test_values_outside_6_bits_*), and on a GGUF's layers by
+// tests/engine/test_gguf_models.py.
 #include <ATen/Parallel.h>
 
 #include <algorithm>

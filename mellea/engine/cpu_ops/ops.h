@@ -1,6 +1,7 @@
 // Every op of the CPU path (but tiles.h's avx2_dot), by the file that defines it: what
-// register.cpp registers and decode_layer.cpp calls. The ops take ATen tensors; the kernels under them take raw
-// pointers (tiles.h, bytes_tiles.h, simd.h, neon.h: free of ATen).
+// register.cpp registers and decode_layer.cpp calls. The ops take ATen tensors; the
+// kernels under them take raw pointers (tiles.h, bytes_tiles.h, simd.h, neon.h: free of
+// ATen).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -2,8 +2,8 @@
 // (MELLEA_CPU_NS: cpu_build.namespace), with the family's name (family), and the three
 // ATen functions the ops' files call through ops.h (their headers cost each file
 // that includes them seconds of compiling per family). Checked by
-// tests/engine/test_cpu_kernels.py (every op, on every family this CPU runs) and
-// tests/unit/test_cpu_build.py.
+// tests/engine/test_cpu_kernels.py (test_the_selected_build_is_the_family_it_says, and
+// every op's test, on every family this CPU runs) and tests/unit/test_cpu_build.py.
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>

@@ -1,7 +1,7 @@
 // What every family's tiled linears share at run time: the dot product the AVX2 build
 // uses (avx2_dot), the activations' two parts (two_part), and the generic form of Q4_K's
 // factors (the NEON and generic builds'). Checked by tests/engine/test_cpu_kernels.py
-// (test_avx2_dot_*) and through every tiled linear's test.
+// (test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones, and every tiled linear's test).
 #include <c10/util/Exception.h>
 
 #include <string>

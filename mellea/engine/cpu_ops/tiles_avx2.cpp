@@ -1,7 +1,8 @@
 // The AVX2 build's int4 and int8 tiles on vpmaddubsw / vpmaddwd (8 lanes, any AVX2 CPU),
 // and its two-part activations (the 8-lane vpdpbusd tiles: tiles_vnni256.h). Checked by
-// tests/engine/test_cpu_kernels.py (test_avx2_*) and tests/engine/test_q4k.py, bit for
-// bit against the AVX-512 build where this CPU has it.
+// tests/engine/test_cpu_kernels.py (test_int4_vnni_*, test_int8_vnni_*, and bit for
+// bit against the AVX-512 build: test_the_simd_families_compute_the_same_bits) and
+// tests/engine/test_q4k.py.
 #include "family.h"
 
 #if defined(MELLEA_AVX2)

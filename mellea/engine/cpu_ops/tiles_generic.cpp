@@ -1,6 +1,6 @@
 // The generic build's int4 and int8 tiles and two-part activations in plain loops.
-// Checked by tests/engine/test_cpu_kernels.py (its generic-family cases) against
-// PyTorch's matmul, within the stated bound.
+// Checked by tests/engine/test_cpu_kernels.py (test_int4_vnni_*, test_int8_vnni_*, on
+// the generic family) against PyTorch's matmul, within the stated bound.
 #include "family.h"
 
 #if !defined(MELLEA_AVX512) && !defined(MELLEA_AVX2) && !defined(MELLEA_NEON)

@@ -36,7 +36,9 @@ mellea_neon::HalfScales neon_scales(const HalfScales& s) {
   return mellea_neon::HalfScales{reinterpret_cast<const uint16_t*>(s.sc),
                                  reinterpret_cast<const uint16_t*>(s.mn)};
 }
-mellea_neon::FloatScales neon_scales(const FloatScales& s) { return mellea_neon::FloatScales{s.dm}; }
+mellea_neon::FloatScales neon_scales(const FloatScales& s) {
+  return mellea_neon::FloatScales{s.dm};
+}
 mellea_neon::Q4KScales neon_scales(const Q4KScales& s) {
   return mellea_neon::Q4KScales{s.sub, reinterpret_cast<const uint16_t*>(s.super)};
 }

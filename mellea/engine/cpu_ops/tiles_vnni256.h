@@ -9,8 +9,8 @@
 //                   a CPU that lacks AVX-VNNI),
 //   MELLEA_TARGET   the matching target attribute (tiles.h's MELLEA_AVX_VNNI or
 //                   MELLEA_EVEX_VNNI), which every tile here carries.
-// Empty in the other builds. Checked by tests/engine/test_cpu_kernels.py (test_avx2_*:
-// each dot product, bit for bit against the AVX-512 build).
+// Empty in the other builds. Checked by tests/engine/test_cpu_kernels.py
+// (test_the_avx2_builds_vnni_tiles_match_its_maddubs_ones: bit for bit).
 #include "family.h"
 
 #if defined(MELLEA_AVX2)
