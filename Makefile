@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 # architecture (x86-64: AVX-512, AVX2, generic; aarch64: NEON dot product, generic;
 # about a minute on 2 cores) so that no user's first start compiles them. Without a
 # compiler the engine still runs (it compiles at first use, or falls back to PyTorch).
-CPU_KERNELS := $(wildcard mellea/engine/cpu_kernels*) mellea/engine/cpu_build.py
+CPU_KERNELS := $(wildcard mellea/engine/cpu_ops/*) mellea/engine/cpu_build.py
 $(VENV)/.cpu-kernels: $(VENV)/.installed $(CPU_KERNELS)
 	$(BIN)/python -m mellea.engine.cpu_build && touch $@ || \
 		echo "warning: the CPU kernels did not build ahead of time; see above"

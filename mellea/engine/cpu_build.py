@@ -1,11 +1,13 @@
-"""Builds of the C++ CPU kernels (``cpu_kernels.cpp``), one per CPU family, and loading
-them.
+"""Builds of the C++ CPU kernels (the sources in ``cpu_ops/``, one file per operation),
+one library per CPU family, and loading them.
 
 ``python -m mellea.engine.cpu_build`` compiles every family this platform has (on
 x86-64: ``avx512-vnni``, ``avx2`` and ``generic``; on aarch64: ``neon-dotprod`` and
-``generic``; whatever the building CPU runs) into ``mellea/engine/_cpu_ext/``; ``make install`` runs it. A build's name carries a digest
-of the source, its flags and the torch version, so a stale one is never loaded: then
-:func:`load` compiles that family on first use instead (under ``TORCH_EXTENSIONS_DIR``).
+``generic``; whatever the building CPU runs) into ``mellea/engine/_cpu_ext/``; ``make
+install`` runs it. Each family's build compiles every source with its own flags and links
+them into one library. A build's name carries a digest of the sources, their headers, its
+flags and the torch version, so a stale one is never loaded: then :func:`load` compiles
+that family on first use instead (under ``TORCH_EXTENSIONS_DIR``).
 """
 
 from __future__ import annotations
@@ -20,21 +22,11 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("cpu_kernels.cpp")
-# Files SOURCE includes (the AVX2 build's 8-lane VNNI tiles, the NEON build's kernels,
-# the load's repacking): part of a build's digest.
-INCLUDED = [
-    Path(__file__).with_name(name)
-    for name in (
-        "cpu_kernels_vnni256.inc",
-        "cpu_kernels_neon.h",
-        "cpu_kernels_repack.inc",
-        "cpu_kernels_bytes.inc",
-        "cpu_kernels_bytes256.inc",
-        "cpu_kernels_bytes_dequant.h",
-        "cpu_kernels_layout.h",
-    )
-]
+SOURCE_DIR = Path(__file__).with_name("cpu_ops")
+# The translation units every family's build compiles and links into one library, and
+# the headers they include: all part of a build's digest.
+SOURCES = sorted(SOURCE_DIR.glob("*.cpp"))
+HEADERS = sorted(SOURCE_DIR.glob("*.h"))
 PREBUILT_DIR = Path(__file__).with_name("_cpu_ext")
 CPUINFO = "/proc/cpuinfo"  # where Linux lists what the CPU has
 
@@ -116,7 +108,7 @@ def build_name(family: str) -> str:
     """The library's name: the family and a digest of what it was built from."""
     import torch
 
-    texts = [p.read_text() for p in (SOURCE, *INCLUDED)]
+    texts = [f"{p.name}\n{p.read_text()}" for p in (*SOURCES, *HEADERS)]
     key = "\n".join([*texts, *compile_flags(family), torch.__version__, sys.version])
     return f"mellea_cpu_{family.replace('-', '_')}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
@@ -138,7 +130,7 @@ def compile_family(family: str, build_dir: Path | None = None) -> Path:
         kwargs["build_directory"] = str(build_dir)
     cpp_extension.load(
         name=name,
-        sources=[str(SOURCE)],
+        sources=[str(p) for p in SOURCES],
         extra_cflags=compile_flags(family),
         is_python_module=False,
         verbose=False,

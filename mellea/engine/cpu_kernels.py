@@ -16,7 +16,7 @@ AVX512-VNNI, :func:`int4_vnni_linear` multiplies int4 weights on the integer dot
 product instead, about 4x fewer instructions, with each group of 32 activations
 held to about 16 bits (two int8 parts).
 
-Each CPU family gets its own build of the one C++ source (see :data:`FAMILIES`):
+Each CPU family gets its own build of the C++ sources (``cpu_ops/``, see :data:`FAMILIES`):
 ``avx512-vnni`` (AVX512F/BW/VL/VNNI), ``avx2`` (x86-64-v3: AVX2, FMA, F16C; most
 laptops, desktops and cloud VMs), ``neon-dotprod`` (aarch64 with the Armv8.2 dot
 product: Apple Silicon, AWS Graviton 2 and later, Raspberry Pi 5) and ``generic``

@@ -540,7 +540,7 @@ def _stack(adapters: list[LoraAdapter]) -> dict[tuple[int, str], LowRank]:
 
 def pack_fused(adapters: list[LoraAdapter], key: tuple[int, str]) -> list[torch.Tensor]:
     """The pairs of every adapter on projection ``key`` as the fused C++ decode layer
-    reads them (see ``lora_add`` in cpu_kernels.cpp): ``a`` [C, in] fp16, each
+    reads them (see ``lora_add`` in cpu_ops/lora.cpp): ``a`` [C, in] fp16, each
     adapter's A rows together in slot order; ``bt`` fp16, flat, each piece's B
     transposed ([its ranks, its rows], in blocks of :data:`LORA_BLOCK` rows); ``segs``
     [S, 6] int64, per piece (slot, first row, end row, first and end row of A, offset
@@ -572,7 +572,7 @@ def pack_fused(adapters: list[LoraAdapter], key: tuple[int, str]) -> list[torch.
     return [torch.cat(rows_of_a).contiguous(), torch.cat(pieces), torch.tensor(segs)]
 
 
-# Output rows per block of a packed B (``kLoraBlock`` in cpu_kernels.cpp).
+# Output rows per block of a packed B (``kLoraBlock`` in cpu_ops/lora.cpp).
 LORA_BLOCK = 64
 
 

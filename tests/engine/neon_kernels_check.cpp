@@ -1,4 +1,4 @@
-// Each kernel of mellea/engine/cpu_kernels_neon.h against a scalar reference written
+// Each kernel of mellea/engine/cpu_ops/neon.h against a scalar reference written
 // here from the layouts' description, on random inputs: bit for bit where the NEON
 // code takes the x86 builds' roundings in their order, and the int4 and int8 linears
 // also against the exact product (in double) within the activations' bound. Built by
@@ -8,10 +8,10 @@
 //
 // Given `bytes IN OUT`, it runs the neon-dotprod build's bytes_linear and
 // bytes_dequantize (the two-part activations, the byte tile in row blocks of 4, the
-// dequantizer of cpu_kernels_bytes_dequant.h) on the operands in file IN and writes
+// dequantizer of cpu_ops/bytes_dequant.h) on the operands in file IN and writes
 // their results to OUT, for the test to compare with the x86 builds' bits.
-#include "cpu_kernels_bytes_dequant.h"
-#include "cpu_kernels_neon.h"
+#include "bytes_dequant.h"
+#include "neon.h"
 
 #include <cmath>
 #include <cstdio>
@@ -74,7 +74,7 @@ float ref_reduce8(const float* l) {
   return (h[0] + h[2]) + (h[1] + h[3]);
 }
 
-// The two-part steps of a group whose |x| max is top (cpu_kernels.cpp's GroupSteps).
+// The two-part steps of a group whose |x| max is top (cpu_ops/tiles.h's GroupSteps).
 struct Steps {
   float unit, inv, inv_lo;
 };
@@ -415,7 +415,7 @@ void check_tiles(int& cases) {
 
 // Runs bytes_tile on MR rows for every tile: the byte form's operands with the ranges'
 // ends (bytes 0 and 255, sc -128, minimums up to 63), d (and dmin) fp16 values per S
-// groups. The reference takes the AVX-512 build's steps (cpu_kernels_bytes.inc) one by
+// groups. The reference takes the AVX-512 build's steps (cpu_ops/bytes_tiles_avx512.cpp) one by
 // one: the sub-blocks' integer sums, d * sc, dot0 * scale0, + dot1 * scale1 fused, the
 // step fused into the sum, then -(dmin * m) times the group's sum fused.
 template <int MR>

@@ -1,4 +1,4 @@
-"""The neon-dotprod build on an x86 machine: its kernels (mellea/engine/cpu_kernels_neon.h)
+"""The neon-dotprod build on an x86 machine: its kernels (mellea/engine/cpu_ops/neon.h)
 cross-compiled for aarch64 and run under qemu-user against their scalar references
 (neon_kernels_check.cpp, bit for bit), its byte form (GGUF blocks served exactly)
 against the x86 builds' bits, and the whole C++ source compiled for aarch64 as each
@@ -61,7 +61,7 @@ def _build_check(program: Path, optimize: list[str]) -> Path:
         "-Werror",
         *_arch_flags("neon-dotprod"),
         "-static",
-        f"-I{cpu_build.SOURCE.parent}",
+        f"-I{cpu_build.SOURCE_DIR}",
         str(CHECK),
         "-o",
         str(program),
@@ -169,25 +169,32 @@ def test_the_neon_byte_form_gives_the_x86_builds_bits(
 @pytest.mark.slow  # about 15 s of compiling per family
 @pytest.mark.parametrize("family", ["neon-dotprod", "generic"])
 def test_the_cpu_kernels_source_compiles_for_aarch64(family: str, tmp_path: Path) -> None:
-    """cpu_kernels.cpp with torch's headers (the x86 wheel's: they are the same C++), as
-    the aarch64 family builds it: an object file, not a loadable library (no aarch64
-    torch here to link against or run)."""
+    """Every source of cpu_ops/ with torch's headers (the x86 wheel's: they are the same
+    C++), as the aarch64 family builds it: object files, not a loadable library (no
+    aarch64 torch here to link against or run)."""
     from torch.utils import cpp_extension
 
     cxx = _tool(*CXX)
     flags = [f for f in cpu_build.compile_flags(family) if f != "-O3"]
     includes = [f"-I{path}" for path in cpp_extension.include_paths()]
-    # As cpp_extension compiles it, at -O0 (the check is of the source, not its speed).
+    # As cpp_extension compiles them, at -O0 (the check is of the sources, not their speed).
     command = [cxx, "-std=c++20", "-O0", "-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H"]
     command += [*flags, *includes]
-    command += ["-c", str(cpu_build.SOURCE), "-o", str(tmp_path / "cpu_kernels.o")]
-    built = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stderr[-4000:]
+    data = b""
+    for source in cpu_build.SOURCES:
+        obj = tmp_path / f"{source.stem}.o"
+        built = subprocess.run(
+            [*command, "-c", str(source), "-o", str(obj)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert built.returncode == 0, (source.name, built.stderr[-4000:])
+        data += obj.read_bytes()
     # The build is the family it says: the op `family` returns this string, and only it.
-    data = (tmp_path / "cpu_kernels.o").read_bytes()
     others = {"neon-dotprod": "generic", "generic": "neon-dotprod"}
     assert b"\0" + family.encode() + b"\0" in data
     assert b"\0" + others[family].encode() + b"\0" not in data
     # The NEON build's byte form (bytes_linear, and so the fused decode layer) runs the
-    # sdot tile of cpu_kernels_neon.h, not the generic loops.
+    # sdot tile of cpu_ops/neon.h, not the generic loops.
     assert (b"mellea_neon10bytes_tile" in data) == (family == "neon-dotprod")

@@ -1,4 +1,4 @@
-"""The load's repacking in C++ (``cpu_kernels_repack.inc``) against the NumPy/torch
+"""The load's repacking in C++ (``cpu_ops/repack.cpp``) against the NumPy/torch
 functions that define each layout, bit for bit, on every kernel family this CPU runs."""
 
 from __future__ import annotations

@@ -123,13 +123,13 @@ def test_the_neon_build_targets_the_dot_product_in_its_own_namespace() -> None:
 def test_a_change_to_the_neon_kernels_renames_every_build(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A prebuilt library of an older cpu_kernels_neon.h is never loaded."""
-    neon = next(p for p in cpu_build.INCLUDED if p.name == "cpu_kernels_neon.h")
+    """A prebuilt library of an older cpu_ops/neon.h is never loaded."""
+    neon = next(p for p in cpu_build.HEADERS if p.name == "neon.h")
     before = {f: cpu_build.build_name(f) for f in cpu_build.FAMILIES}
     changed = tmp_path / neon.name
     changed.write_text(neon.read_text() + "\n// changed\n")
     monkeypatch.setattr(
-        cpu_build, "INCLUDED", [changed if p == neon else p for p in cpu_build.INCLUDED]
+        cpu_build, "HEADERS", [changed if p == neon else p for p in cpu_build.HEADERS]
     )
     after = {f: cpu_build.build_name(f) for f in cpu_build.FAMILIES}
     assert all(before[f] != after[f] for f in cpu_build.FAMILIES)

@@ -145,7 +145,7 @@ def tile_bytes(
     values ``q + 128`` [N, K] uint8, ``subs`` [N, K/32, P] int8, ``supers`` [N, B, P - 1]
     fp32) in the layout of ``cpu_kernels.bytes_linear``: the values in :func:`tile_rows`'
     tiles [T, K/32, 8, 64] (as bytes), subs [T, K/32, P, 16] and supers [T, B, P - 1, 16]
-    (rows past N zero). See cpu_kernels_bytes.inc for what each number means."""
+    (rows past N zero). See cpu_ops/linear_bytes.cpp and cpu_ops/bytes_tiles.h for what each number means."""
     n = values.shape[0]
     tiles = -(-n // TILE)
     pad = tiles * TILE - n
@@ -169,7 +169,7 @@ def pack_six(qweight: torch.Tensor, n: int) -> torch.Tensor | None:
     nibble) and ``u + 4`` (high nibble), parts 4 and 5 the high 2 bits of parts ``4 h``
     .. ``4 h + 3`` (part ``4 h + k`` at bits ``2 k``); the padding rows get ``q = 0``.
     A Q4_K_M file's Q6_K layers are read at 6.75 bits a weight with their scales
-    instead of 8.6 (cpu_kernels_bytes.inc). The loader uses the C++ twin
+    instead of 8.6 (cpu_ops/linear_bytes.cpp). The loader uses the C++ twin
     (:func:`cpu_kernels.bytes_to_six`, the same bytes, a tenth of the time)."""
     tiles = qweight.shape[0]
     row = torch.arange(tiles)[:, None] * TILE + torch.arange(64)[None, :] // 4  # byte's row

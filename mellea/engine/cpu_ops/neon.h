@@ -1,23 +1,24 @@
 // The inner kernels of the neon-dotprod build (aarch64: NEON and the Armv8.2 dot
 // product, `sdot`): what the AVX2 build specialises, on 4-lane vectors. Free of ATen,
 // so that tests/engine/neon_kernels_check.cpp can run each one against its scalar
-// reference under qemu-aarch64 on an x86 machine; cpu_kernels.cpp wraps them.
+// reference under qemu-aarch64 on an x86 machine; simd.h, tiles_neon.cpp and
+// bytes_tiles_neon.cpp wrap them.
 //
 // Every kernel takes the x86 builds' roundings in their order (fused multiply-adds
 // where they fuse, sums in their order), so its results are their bits: the
 // activations' two int8 parts, the int4 and int8 tiles and the byte form's the AVX-512
 // build's (and so the AVX2 build's), exp, silu and the softmax sums the AVX2 build's.
-// The layouts are those described in cpu_kernels.cpp ("the tiled int4 and int8
-// layouts") and cpu_kernels_bytes.inc.
+// The layouts are those described in tiles.h (the tiled int4 and int8 layouts) and
+// linear_bytes.cpp (the byte form).
 #pragma once
 
 #if !defined(__aarch64__) || !defined(__ARM_NEON) || !defined(__ARM_FEATURE_DOTPROD)
-#error "cpu_kernels_neon.h needs aarch64 with the dot product (-march=armv8.2-a+dotprod)"
+#error "neon.h needs aarch64 with the dot product (-march=armv8.2-a+dotprod)"
 #endif
 
 #include <arm_neon.h>
 
-#include "cpu_kernels_layout.h"
+#include "layout.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -168,7 +169,7 @@ inline void store_rows(const float32x4_t* acc, const float* scale, float* out, i
   std::copy(row, row + valid, out);
 }
 
-// An int4 tile's per-group factors (cpu_kernels.cpp's HalfScales and Q4KScales, fp16 as
+// An int4 tile's per-group factors (tiles.h's HalfScales and Q4KScales, fp16 as
 // its bits): load(t, G, g, q, d, m) gives rows 4 q .. 4 q + 3's scale and min of (tile t,
 // group g).
 struct HalfScales {  // scale and min, fp16 [T, G, 16] each
@@ -207,7 +208,7 @@ struct Q4KScales {  // a GGUF's Q4_K: sc, m uint8 [T, G, 2, 16]; d, -dmin fp16 [
 };
 
 // int4: output rows [16 t, 16 t + 16) for MR activation rows (xq: MR rows of hi, then
-// lo parts, cpu_kernels_layout.h; xscale, xsum [MR, K / 32]); the factors from S
+// lo parts, layout.h; xscale, xsum [MR, K / 32]); the factors from S
 // (above). Part s's nibbles, 16 bytes at a time, are 4 rows' elements 8 s .. 8 s + 3
 // (low) and 8 s + 4 .. + 7 (high): signed dot products of them (0..15) with the parts'
 // bytes are exact.
@@ -279,7 +280,7 @@ void int8_tile(const int8_t* qw, const float* wscale, const int8_t* xq, const fl
   for (int i = 0; i < MR; ++i) store_rows(acc[i], wscale + n0, out + i * N + n0, valid);
 }
 
-// The exact byte form of a GGUF's blocks (cpu_kernels_bytes.inc: qweight [T, G, 8, 64]
+// The exact byte form of a GGUF's blocks (linear_bytes.cpp: qweight [T, G, 8, 64]
 // uint8 holding q + 128 in int8_tile's layout, subs [T, G, P, 16] int8 with each row's sc
 // of the group's two sub-blocks of 16 and, where MINS (P == 3), its minimum m, supers
 // [T, G / S, P - 1, 16] fp32 with d (and dmin) per S groups): output rows [16 t, 16 t + 16)

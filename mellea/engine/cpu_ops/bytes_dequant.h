@@ -1,4 +1,4 @@
-// One row of the byte form's weights in fp32 (cpu_kernels_bytes.inc's bytes_dequantize,
+// One row of the byte form's weights in fp32 (linear_bytes.cpp's bytes_dequantize,
 // a layout described there), free of ATen, so that tests/engine/neon_kernels_check.cpp
 // runs the very code of the aarch64 builds under qemu-aarch64 and compares it with the
 // x86 builds' bits.

@@ -1,12 +1,17 @@
-// Weights moved into the kernels' layouts at load, in one pass each (included at the end
-// of cpu_kernels.cpp; plain C++, the same in every family's build). Each op is the
-// C++ form of a function of mellea/engine/quant.py or gguf_blocks.py, tested bit for
-// bit against it: that function documents the layout.
-
+// Weights moved into the kernels' layouts at load, in one pass each (plain C++, the same
+// in every family's build). Each op is the C++ form of a function of
+// mellea/engine/quant.py or gguf_blocks.py, tested bit for bit against it by
+// tests/engine/test_repack.py: that function documents the layout.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
+
+#include "ops.h"
+
+namespace MELLEA_CPU_NS {
 
 namespace {
 
@@ -17,7 +22,7 @@ constexpr int64_t kRepackTile = 16;  // quant.TILE
 // in its high one); rows past N are zero.
 at::Tensor tile_nibbles(const at::Tensor& packed) {
   const int64_t N = packed.size(0), G = packed.size(1) / 16, T = (N + kRepackTile - 1) / kRepackTile;
-  auto qweight = at::zeros({T, G, 4, 64}, packed.options());
+  auto qweight = zeros({T, G, 4, 64}, packed.options());
   const uint8_t* src = packed.data_ptr<uint8_t>();
   uint8_t* dst = qweight.data_ptr<uint8_t>();
   for (int64_t r = 0; r < N; ++r) {
@@ -36,6 +41,8 @@ at::Tensor tile_nibbles(const at::Tensor& packed) {
   return qweight;
 }
 
+}  // namespace
+
 // quant.tile_groups: int4 groups [N, K/2] with fp16 scales and mins [N, K/32] -> tiles of
 // 16 rows [T, G, 4, 64] (part s: byte 4 j + b holds element 8 s + b of row j's group in
 // its low nibble, element 8 s + 4 + b in its high one), scales and mins [T, G, 16].
@@ -50,8 +57,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_int4_weights(const at::Tenso
     TORCH_CHECK(t->is_contiguous() && t->scalar_type() == at::kHalf && t->numel() == N * G,
                 "scales and mins must be contiguous fp16 [N, K/32]");
   auto qweight = tile_nibbles(packed);
-  auto tscales = at::zeros({T, G, kRepackTile}, scales.options());
-  auto tmins = at::zeros({T, G, kRepackTile}, mins.options());
+  auto tscales = zeros({T, G, kRepackTile}, scales.options());
+  auto tmins = zeros({T, G, kRepackTile}, mins.options());
   const at::Half* sc = scales.data_ptr<at::Half>();
   const at::Half* mn = mins.data_ptr<at::Half>();
   at::Half* tsc = tscales.data_ptr<at::Half>();
@@ -82,8 +89,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_q4k_weights(const at::Tensor
                   super.numel() == N * (G / 8) * 2,
               "super must be contiguous fp16 [N, K/256, 2]");
   auto qweight = tile_nibbles(packed);
-  auto tsub = at::zeros({T, G, 2, kRepackTile}, sub.options());
-  auto tsuper = at::zeros({T, G / 8, 2, kRepackTile}, super.options());
+  auto tsub = zeros({T, G, 2, kRepackTile}, sub.options());
+  auto tsuper = zeros({T, G / 8, 2, kRepackTile}, super.options());
   const uint8_t* s = sub.data_ptr<uint8_t>();
   const at::Half* h = super.data_ptr<at::Half>();
   uint8_t* ts = tsub.data_ptr<uint8_t>();
@@ -110,9 +117,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_int8_weights(const at::Tenso
   TORCH_CHECK(q.size(1) == G * 32, "K must be a multiple of 32");
   TORCH_CHECK(scale.is_contiguous() && scale.scalar_type() == at::kFloat && scale.numel() == N,
               "scale must be contiguous fp32 [N]");
-  auto qweight = at::zeros({T, G, 8, 64}, q.options());
-  auto wsum = at::zeros({T, G, kRepackTile}, q.options().dtype(at::kInt));
-  auto tscale = at::zeros({T * kRepackTile}, scale.options());
+  auto qweight = zeros({T, G, 8, 64}, q.options());
+  auto wsum = zeros({T, G, kRepackTile}, q.options().dtype(at::kInt));
+  auto tscale = zeros({T * kRepackTile}, scale.options());
   const int8_t* src = q.data_ptr<int8_t>();
   int8_t* dst = qweight.data_ptr<int8_t>();
   int32_t* sums = wsum.data_ptr<int32_t>();
@@ -133,6 +140,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tile_int8_weights(const at::Tenso
   return {qweight, wsum, tscale};
 }
 
+namespace {
+
 // A Q4_K block's 128 bytes of nibbles (32 per 64 elements: low nibbles the first group,
 // high the second) as our int4 groups' 128 (element e packed with e + 16: byte e of the
 // group, e < 16).
@@ -147,6 +156,9 @@ void q4_k_nibbles(const uint8_t* blk, uint8_t* out) {
   }
 }
 
+
+}  // namespace
+
 // gguf_blocks.to_int4 for Q4_K: blocks of 256 [N, K/256 * 144 bytes] (fp16 d and dmin,
 // 12 bytes of 6-bit scales and minimums, 128 bytes of nibbles) -> int4 groups [N, K/2]
 // with scale d * sc and minimum -(dmin * m), computed in fp32 and rounded to fp16.
@@ -155,9 +167,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> q4_k_groups(const at::Tensor& raw
                   raw.size(1) % 144 == 0,
               "raw must be contiguous uint8 [N, blocks * 144]");
   const int64_t N = raw.size(0), B = raw.size(1) / 144;
-  auto packed = at::empty({N, B * 128}, raw.options());
-  auto scales = at::empty({N, B * 8}, raw.options().dtype(at::kHalf));
-  auto mins = at::empty({N, B * 8}, raw.options().dtype(at::kHalf));
+  auto packed = empty({N, B * 128}, raw.options());
+  auto scales = empty({N, B * 8}, raw.options().dtype(at::kHalf));
+  auto mins = empty({N, B * 8}, raw.options().dtype(at::kHalf));
   const uint8_t* src = raw.data_ptr<uint8_t>();
   uint8_t* dst = packed.data_ptr<uint8_t>();
   at::Half* sc_out = scales.data_ptr<at::Half>();
@@ -188,9 +200,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> q4_k_exact(const at::Tensor& raw)
                   raw.size(1) % 144 == 0,
               "raw must be contiguous uint8 [N, blocks * 144]");
   const int64_t N = raw.size(0), B = raw.size(1) / 144;
-  auto packed = at::empty({N, B * 128}, raw.options());
-  auto sub = at::empty({N, B * 8, 2}, raw.options());
-  auto super = at::empty({N, B, 2}, raw.options().dtype(at::kHalf));
+  auto packed = empty({N, B * 128}, raw.options());
+  auto sub = empty({N, B * 8, 2}, raw.options());
+  auto super = empty({N, B, 2}, raw.options().dtype(at::kHalf));
   const uint8_t* src = raw.data_ptr<uint8_t>();
   uint8_t* dst = packed.data_ptr<uint8_t>();
   uint8_t* sub_out = sub.data_ptr<uint8_t>();
@@ -223,8 +235,8 @@ std::tuple<at::Tensor, at::Tensor> gguf_int8_rows(const at::Tensor& raw, int64_t
                   raw.size(1) % size == 0,
               "raw must be contiguous uint8 [N, blocks * block bytes]");
   const int64_t N = raw.size(0), B = raw.size(1) / size, K = B * block;
-  auto q = at::empty({N, K}, raw.options().dtype(at::kChar));
-  auto scale = at::empty({N}, raw.options().dtype(at::kFloat));
+  auto q = empty({N, K}, raw.options().dtype(at::kChar));
+  auto scale = empty({N}, raw.options().dtype(at::kFloat));
   std::vector<float> w(K);
   const uint8_t* src = raw.data_ptr<uint8_t>();
   int8_t* q_out = q.data_ptr<int8_t>();
@@ -290,9 +302,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gguf_byte_rows(const at::Tensor& 
                   raw.size(1) % size == 0,
               "raw must be contiguous uint8 [N, blocks * block bytes]");
   const int64_t N = raw.size(0), B = raw.size(1) / size, K = B * block;
-  auto values = at::empty({N, K}, raw.options());
-  auto subs = at::empty({N, K / 32, P}, raw.options().dtype(at::kChar));
-  auto supers = at::empty({N, B, P - 1}, raw.options().dtype(at::kFloat));
+  auto values = empty({N, K}, raw.options());
+  auto subs = empty({N, K / 32, P}, raw.options().dtype(at::kChar));
+  auto supers = empty({N, B, P - 1}, raw.options().dtype(at::kFloat));
   const uint8_t* src = raw.data_ptr<uint8_t>();
   uint8_t* v = values.data_ptr<uint8_t>();
   int8_t* sc_out = subs.data_ptr<int8_t>();
@@ -349,22 +361,5 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> gguf_byte_rows(const at::Tensor& 
   return {values, subs, supers};
 }
 
-}  // namespace
 
-#define MELLEA_LIBRARY_FRAGMENT(ns, m) TORCH_LIBRARY_FRAGMENT(ns, m)
-MELLEA_LIBRARY_FRAGMENT(MELLEA_CPU_NS, m) {
-  m.def("tile_int4_weights(Tensor packed, Tensor scales, Tensor mins) -> (Tensor, Tensor, Tensor)");
-  m.impl("tile_int4_weights", c10::DispatchKey::CPU, TORCH_FN(tile_int4_weights));
-  m.def("tile_int8_weights(Tensor q, Tensor scale) -> (Tensor, Tensor, Tensor)");
-  m.impl("tile_int8_weights", c10::DispatchKey::CPU, TORCH_FN(tile_int8_weights));
-  m.def("gguf_int8_rows(Tensor raw, int k_quant) -> (Tensor, Tensor)");
-  m.impl("gguf_int8_rows", c10::DispatchKey::CPU, TORCH_FN(gguf_int8_rows));
-  m.def("tile_q4k_weights(Tensor packed, Tensor sub, Tensor super) -> (Tensor, Tensor, Tensor)");
-  m.impl("tile_q4k_weights", c10::DispatchKey::CPU, TORCH_FN(tile_q4k_weights));
-  m.def("q4_k_exact(Tensor raw) -> (Tensor, Tensor, Tensor)");
-  m.impl("q4_k_exact", c10::DispatchKey::CPU, TORCH_FN(q4_k_exact));
-  m.def("gguf_byte_rows(Tensor raw, str qtype) -> (Tensor, Tensor, Tensor)");
-  m.impl("gguf_byte_rows", c10::DispatchKey::CPU, TORCH_FN(gguf_byte_rows));
-  m.def("q4_k_groups(Tensor raw) -> (Tensor, Tensor, Tensor)");
-  m.impl("q4_k_groups", c10::DispatchKey::CPU, TORCH_FN(q4_k_groups));
-}
+}  // namespace MELLEA_CPU_NS

@@ -1,4 +1,4 @@
-// Where the two-part activations lie (free of ATen, as cpu_kernels_neon.h is): row r's
+// Where the two-part activations lie (free of ATen, as neon.h is): row r's
 // groups of 32 as int8 hi parts from xq + r * xq_row(K), its lo parts xq_lo(K) bytes
 // after them (quantize_activations writes them, every tile reads them so).
 //
