@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gguf import GGMLQuantizationType
 from safetensors import safe_open
 from torch import nn
 
@@ -107,6 +108,15 @@ class _GGUFTensor:
     def int8_blocks(self) -> Any:
         return self.inner.int8_blocks()
 
+    def half_table(self) -> torch.Tensor | None:
+        """An F16 or BF16 table [rows, K] as the file holds it (a copy: the file's pages
+        are released), else None."""
+        inner = self.inner
+        if inner.qtype not in _HALF or len(inner.shape) != 2 or inner.offset:
+            return None
+        values = np.array(inner.raw).view(np.int16).reshape(inner.shape)
+        return torch.from_numpy(values).view(_HALF[inner.qtype])
+
     def has_byte_form(self) -> bool:
         """Whether :meth:`byte_blocks` holds this tensor: a 2-D tensor of a block format
         with a byte form, where the C++ kernels run it (:func:`~mellea.engine.formats.
@@ -169,6 +179,8 @@ class _GGUFTensor:
         self.inner.release()
 
 
+# Float tables kept as the file holds them (BlockTable), and their torch dtypes.
+_HALF = {GGMLQuantizationType.F16: torch.float16, GGMLQuantizationType.BF16: torch.bfloat16}
 # Block formats whose values are one product (no offset): C++ requantizes them per row.
 _ONE_PRODUCT = ("Q6_K", "Q8_0")
 # Block formats C++ converts to the byte form (Q4_0, the rest, in NumPy).
@@ -355,13 +367,20 @@ _TABLES = ("embed_tokens.weight", "lm_head.weight")
 
 def _table_from_blocks(model: nn.Module, target: str, piece: Any) -> nn.Module | None:
     """Put a :class:`BlockTable` of ``piece`` (a GGUF tensor whose block format has an
-    exact int8 form) in place of the table ``target`` and return it; None where it has
-    none."""
-    held = piece.int8_blocks() if hasattr(piece, "int8_blocks") else None
-    if held is None:
+    exact int8 form, or an F16/BF16 table, kept so) in place of the table ``target`` and
+    return it; None where it has none."""
+    if not isinstance(piece, _GGUFTensor):
         return None
-    offsets = None if held.offsets is None else torch.from_numpy(held.offsets)
-    table = BlockTable(torch.from_numpy(held.q), torch.from_numpy(held.scales), offsets, held.block)
+    half = piece.half_table()
+    held = piece.int8_blocks() if half is None else None
+    if half is not None:
+        table = BlockTable(half, None, None, half.shape[1])
+    elif held is None:
+        return None
+    else:
+        offsets = None if held.offsets is None else torch.from_numpy(held.offsets)
+        q, scales = torch.from_numpy(held.q), torch.from_numpy(held.scales)
+        table = BlockTable(q, scales, offsets, held.block)
     model.set_submodule(target.removesuffix(".weight"), table)
     return table
 

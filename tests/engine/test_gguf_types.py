@@ -168,7 +168,8 @@ def projections(model: nn.Module, i: int) -> dict[str, nn.Module]:
 async def test_a_file_mixing_types_serves_each_in_its_own_form(tiny_gguf, mix, arch):  # noqa: F811
     """``auto`` serves the file in int4 (not float32 for the Q5_0 or IQ4 tensors): no
     linear layer in float32, each one's weights the reference's (the float32 engine's,
-    which widens with the gguf package) bit for bit, and the same greedy tokens."""
+    which widens with the gguf package) bit for bit, the token embedding in the file's
+    own F16 or blocks, and the same greedy tokens."""
     from mellea.engine.engine import Engine
 
     path = tiny_gguf(arch, Q.Q4_K, types=MIXES[mix])
@@ -182,6 +183,10 @@ async def test_a_file_mixing_types_serves_each_in_its_own_form(tiny_gguf, mix, a
             for name, layer in projections(model, i).items():
                 want = projections(ref, i)[name].weight
                 assert torch.equal(layer.dequantized(), want), (i, name)
+        table = model.embed_tokens  # F16 or Q3_K: kept as the file holds it
+        assert isinstance(table, BlockTable)
+        assert table.q.dtype == (torch.float16 if mix == "q4_k_m-fallbacks" else torch.int8)
+        assert torch.equal(table.dequantized(), ref.embed_tokens.weight)
         qkv = projections(model, 0)["qkv"]
         if mix == "q4_k_m-fallbacks" and arch == "llama":  # no bias: q and k stay in int4
             assert isinstance(qkv, StackedLinear)
@@ -217,3 +222,22 @@ def test_a_type_of_no_exact_form_stops_the_start_in_one_line(tiny_gguf, monkeypa
     assert server._build_or_exit(settings) is None
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "blk.1.ffn_up.weight is IQ2_XXS" in lines[0], lines
+
+
+@pytest.mark.parametrize("qtype", [Q.F16, Q.BF16], ids=lambda t: t.name)
+def test_a_half_table_is_kept_as_the_file_holds_it(qtype):
+    """An F16 or BF16 token embedding of a quantized file stays 16 bits a weight (not
+    widened to an fp32 table), and its rows widen to the reference's values."""
+    from mellea.engine import weights
+    from mellea.engine.gguf_file import GGUFTensor
+
+    weight = np.random.default_rng(5).normal(0, 1, (40, 64)).astype(np.float32)
+    raw = quantize(weight, qtype)  # as GGUFCheckpoint.data gives it: F16 elements, BF16 bytes
+    piece = weights._GGUFTensor(GGUFTensor("token_embd.weight", qtype, (40, 64), raw))
+    half = piece.half_table()
+    assert half.dtype == (torch.float16 if qtype == Q.F16 else torch.bfloat16)
+    table = BlockTable(half, None, None, 64)
+    want = torch.from_numpy(dequantize(raw, qtype).reshape(40, 64))
+    assert torch.equal(table.dequantized(), want)
+    ids = torch.tensor([[3, 39], [0, 3]])
+    assert torch.equal(table(ids), want[ids])
