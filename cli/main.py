@@ -157,7 +157,7 @@ def serve(
             "--dtype",
             envvar="M_SERVE_DTYPE",
             rich_help_panel=MODEL,
-            help="Weight format of the local engine: auto, float32, bfloat16, int8 or int4. auto serves the checkpoint as it is stored, so its answers are its own: int4 when it is 4-bit already (a Q4 GGUF, like the default model), else its own dtype on CPU (bf16 where the CPU has native bf16, else float32), bfloat16 on GPU. int8 is the faster opt-in for an unquantized checkpoint (about 5x float32's decode speed; greedy text the checkpoint's own on 7 of 12 test prompts). See docs/engine.md, weight formats.",
+            help="Weight format of the local engine: auto, float32, bfloat16, int8 or int4. auto serves the checkpoint as it is stored, so its answers are its own: int4 for a quantized GGUF (each tensor exactly in its own bits, like the default model's Q4_1) or a checkpoint that is 4-bit already, else its own dtype on CPU (bf16 where the CPU has native bf16, else float32), bfloat16 on GPU. int8 is the faster opt-in for an unquantized checkpoint (about 5x float32's decode speed; greedy text the checkpoint's own on 7 of 12 test prompts). See docs/engine.md, weight formats.",
         ),
     ] = "auto",
     chat_template: Annotated[

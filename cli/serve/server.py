@@ -88,10 +88,14 @@ def _build_or_exit(settings: ServeSettings, on_ready: Any = None) -> Any:
     from cli.serve.program import ProgramLoadError
     from cli.serve.progress import progress_display
     from mellea.backends.runtime import ModelUnavailableError
+    from mellea.engine.formats.detect import UnservableTypeError
 
     log.info("loading program %s", settings.program)
     try:
         return build_app(settings, on_ready=on_ready, progress=progress_display())
+    except UnservableTypeError as exc:  # a GGUF of a quant type the engine cannot serve
+        typer.secho(f"Error: --model {settings.model}: {exc}", fg="red", err=True)
+        return None
     except ModelUnavailableError as exc:  # only --model's own model fails here
         typer.secho(
             f"Error: --model {settings.model}: {exc.reason}; give a model directory, "

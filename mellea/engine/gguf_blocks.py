@@ -16,12 +16,15 @@ What each format becomes (see docs/engine.md, "Loading"):
   them) served in int4 or int8 are :class:`ByteBlocks` exactly: the file's integer
   values as bytes, its scales per sub-block of 16 and ``d`` (``dmin``) per block, for
   ``cpu_kernels.bytes_linear``.
-* Every other type (``Q4_1`` beside an 8-bit piece, ``F16``, ``BF16``, ``F32``, ...),
-  and every type where the C++ kernels do not run, is widened to float32 exactly, a
-  few thousand rows at a time (through :class:`Int8Blocks` where the type has that
-  form, else by the ``gguf`` package's reference dequantizer); served in int4 or int8,
-  such a layer is int8 per output row, requantized from those float32 rows chunk by
-  chunk (so not the file's values exactly).
+* ``Q5_0``, ``Q5_1``, ``Q3_K``, ``IQ4_NL`` and ``IQ4_XS`` (and ``Q4_1`` beside them) are
+  :class:`ByteBlocks` too, decoded by :mod:`mellea.engine.gguf_values` into integers
+  and factors whose products are exact; ``Q2_K``, whose minimums are per 16, is the
+  byte form of its products plus each sub-block's minimum (:func:`split_minimums`).
+* ``F16``, ``BF16`` and ``F32`` matrices (and every type where the C++ kernels do not
+  run) are widened to float32 exactly, a few thousand rows at a time (through
+  :class:`Int8Blocks` where the type has that form, else by the ``gguf`` package's
+  reference dequantizer). A type of no exact form here (IQ1, IQ2, IQ3, TQ: not in
+  :data:`SERVED_TYPES`) served in int8 is requantized per output row from those rows.
 
 Tables read a row at a time (the token embedding, and an LM head's exact rows) are
 kept as :class:`Int8Blocks` where the type allows (:data:`INT8_BLOCK_TYPES`): the
@@ -37,6 +40,8 @@ from typing import NamedTuple
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
+
+from mellea.engine.gguf_values import DECODED_TYPES, Decoded, decode
 
 GROUP = 32  # elements per int4 group (formats.quantize.GROUP; not imported to keep torch out)
 # Block formats that our int4 layers hold exactly (Q4_K in its own form, Q4KGroups).
@@ -188,15 +193,18 @@ class Int8Blocks(NamedTuple):
 
 
 # Block formats that Int8Blocks holds exactly.
-INT8_BLOCK_TYPES = frozenset(
-    {
-        GGMLQuantizationType.Q4_0,
-        GGMLQuantizationType.Q4_1,
-        GGMLQuantizationType.Q4_K,
-        GGMLQuantizationType.Q5_K,
-        GGMLQuantizationType.Q6_K,
-        GGMLQuantizationType.Q8_0,
-    }
+INT8_BLOCK_TYPES = (
+    frozenset(
+        {
+            GGMLQuantizationType.Q4_0,
+            GGMLQuantizationType.Q4_1,
+            GGMLQuantizationType.Q4_K,
+            GGMLQuantizationType.Q5_K,
+            GGMLQuantizationType.Q6_K,
+            GGMLQuantizationType.Q8_0,
+        }
+    )
+    | DECODED_TYPES
 )
 
 
@@ -216,8 +224,10 @@ def _k_scales(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def to_int8_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> Int8Blocks:
-    """A Q4_0, Q4_1, Q4_K, Q5_K, Q6_K or Q8_0 tensor's bytes [rows, row bytes] as
-    :class:`Int8Blocks` (``ValueError`` for other types)."""
+    """A tensor's bytes [rows, row bytes] as :class:`Int8Blocks`, for the types of
+    :data:`INT8_BLOCK_TYPES` (``ValueError`` for other types)."""
+    if qtype in DECODED_TYPES and qtype != GGMLQuantizationType.Q4_1:
+        return _decoded_int8_blocks(decode(raw, qtype), 16 if qtype in _PER_16 else 32)
     b = blocks(raw, qtype)
     rows, n = b.shape[:2]
     offsets = None
@@ -261,6 +271,28 @@ def to_int8_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> Int8Blocks:
     return Int8Blocks(flat(q), flat(scales), None if offsets is None else flat(offsets), block)
 
 
+def _decoded_int8_blocks(held: Decoded, block: int) -> Int8Blocks:
+    """:class:`~mellea.engine.gguf_values.Decoded` values as :class:`Int8Blocks`: a scale
+    ``d * sc`` and offset ``-(dmin * m)`` per ``block`` (16, or 32 for the types whose
+    scales and minimums are per 32: the same numbers, half the memory)."""
+    rows = held.q.shape[0]
+    scales = held.d[..., None] * held.sc.astype(np.float32)  # per 16
+    scales = scales.reshape(*scales.shape[:2], -1, block // 16)[..., 0]
+    offsets = None
+    if held.m is not None:
+        offsets = -(held.dmin[..., None] * held.m.astype(np.float32))
+        offsets = np.repeat(offsets, scales.shape[-1] // offsets.shape[-1], axis=-1)
+
+    def flat(values: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(values).reshape(rows, -1)
+
+    return Int8Blocks(flat(held.q), flat(scales), None if offsets is None else flat(offsets), block)
+
+
+# Decoded types whose scales (and minimums) are per 16 values, not per 32.
+_PER_16 = frozenset({GGMLQuantizationType.Q2_K, GGMLQuantizationType.Q3_K})
+
+
 class ByteBlocks(NamedTuple):
     """A matrix's block weights exactly, untiled, in the byte form that
     ``formats.tiles.tile_bytes`` tiles for ``cpu_kernels.bytes_linear``: ``values`` [rows, K]
@@ -275,8 +307,9 @@ class ByteBlocks(NamedTuple):
     supers: np.ndarray
 
 
-# Block formats that ByteBlocks holds exactly (Q4_1's minimum is an fp16 number of its
-# own, not dmin times a small integer: it has no byte form).
+# Block formats that ByteBlocks holds exactly. Those with a minimum of their own per
+# block of 32 (Q4_1, Q5_1) take a super-block per group, its dmin the minimum negated
+# (m = 1). Q2_K's minimums are per 16, and the byte form's per 32: it has none.
 BYTE_TYPES = frozenset(
     {
         GGMLQuantizationType.Q4_0,
@@ -285,14 +318,16 @@ BYTE_TYPES = frozenset(
         GGMLQuantizationType.Q6_K,
         GGMLQuantizationType.Q8_0,
     }
-)
+) | (DECODED_TYPES - {GGMLQuantizationType.Q2_K})
 
 
 def to_byte_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> ByteBlocks:
-    """A Q4_0, Q4_K, Q5_K, Q6_K or Q8_0 tensor's bytes [rows, row bytes] as
-    :class:`ByteBlocks` (``ValueError`` for other types)."""
+    """A tensor's bytes [rows, row bytes] as :class:`ByteBlocks`, for the types of
+    :data:`BYTE_TYPES` (``ValueError`` for other types)."""
     if qtype not in BYTE_TYPES:
         raise ValueError(f"{qtype.name} has no byte form")
+    if qtype in DECODED_TYPES:
+        return decoded_byte_blocks(decode(raw, qtype))
     b = blocks(raw, qtype)
     rows, n = b.shape[:2]
     if qtype == GGMLQuantizationType.Q8_0:
@@ -315,6 +350,38 @@ def to_byte_blocks(raw: np.ndarray, qtype: GGMLQuantizationType) -> ByteBlocks:
         supers = np.stack([_fp16(b, 0), _fp16(b, 2)], axis=-1).astype(np.float32)
     values = (q.reshape(rows, -1) + 128).astype(np.uint8)
     return ByteBlocks(values, np.ascontiguousarray(subs), np.ascontiguousarray(supers))
+
+
+def decoded_byte_blocks(held: Decoded) -> ByteBlocks:
+    """:class:`~mellea.engine.gguf_values.Decoded` values (with no minimum, or one per
+    32) as :class:`ByteBlocks`: a super-block per block of the file."""
+    rows, n, e = held.q.shape
+    values = (held.q.reshape(rows, -1).astype(np.int16) + 128).astype(np.uint8)
+    subs = held.sc.reshape(rows, n * e // 32, 2)
+    supers = held.d[..., None]
+    if held.m is not None:
+        if held.m.shape[-1] != e // 32:
+            raise ValueError("the byte form has one minimum per 32 values")
+        subs = np.concatenate([subs, held.m.reshape(rows, -1, 1)], axis=-1)
+        supers = np.stack([held.d, held.dmin], axis=-1)
+    return ByteBlocks(values, np.ascontiguousarray(subs), np.ascontiguousarray(supers))
+
+
+# Types whose minimums are per 16 values, finer than the byte form's one per 32: held
+# as the byte form of their products and each sub-block's minimum (split_minimums).
+SPLIT_MIN_TYPES = frozenset({GGMLQuantizationType.Q2_K})
+
+
+def split_minimums(raw: np.ndarray, qtype: GGMLQuantizationType) -> tuple[ByteBlocks, np.ndarray]:
+    """A Q2_K tensor's bytes [rows, row bytes] as the byte form of ``(d * sc) * q`` and
+    each sub-block of 16's ``-(dmin * m)`` [rows, K/16] fp32 (both exact: their sum,
+    rounded once in fp32, is the reference dequantizer's ``d * sc * q - dmin * m``)."""
+    if qtype not in SPLIT_MIN_TYPES:
+        raise ValueError(f"{qtype.name} has no minimums per 16")
+    held = decode(raw, qtype)
+    lows = -(held.dmin[..., None] * held.m.astype(np.float32))
+    products = decoded_byte_blocks(held._replace(m=None, dmin=None))
+    return products, np.ascontiguousarray(lows.reshape(raw.shape[0], -1))
 
 
 def stack_byte_blocks(parts: list[ByteBlocks]) -> ByteBlocks:
@@ -362,6 +429,15 @@ def widen(held: Int8Blocks) -> np.ndarray:
     if held.offsets is not None:
         values += held.offsets[..., None]
     return values.reshape(rows, k)
+
+
+# Tensors kept as numbers, not blocks.
+FLOAT_TYPES = frozenset(
+    {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
+)
+# Every type the engine serves exactly in a form of its own (docs/engine.md, Loading);
+# a quantized GGUF with a matrix of another type (IQ1, IQ2, IQ3, TQ, ...) is refused.
+SERVED_TYPES = FLOAT_TYPES | INT4_TYPES | BYTE_TYPES | SPLIT_MIN_TYPES
 
 
 def to_float32(raw: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gguf import GGMLQuantizationType
 from safetensors import safe_open
 from torch import nn
 
@@ -32,13 +33,23 @@ from mellea.engine.checkpoint_names import checkpoint_names, fused_pieces, our_n
 from mellea.engine.config import ModelConfig
 from mellea.engine.families import UnsupportedModelError
 from mellea.engine.formats.cpu_support import byte_form_runs
-from mellea.engine.formats.linear import Int4Linear, Int8Linear, StackedLinear, linear_layer
+from mellea.engine.formats.linear import (
+    Int4Linear,
+    Int8Linear,
+    MinCorrectedLinear,
+    StackedLinear,
+    linear_layer,
+)
 from mellea.engine.formats.quantize import quantize_rows
 from mellea.engine.gguf_blocks import (
     BYTE_TYPES,
+    FLOAT_TYPES,
+    SERVED_TYPES,
+    SPLIT_MIN_TYPES,
     ByteBlocks,
     Q4KGroups,
     q4k_to_int4,
+    split_minimums,
     stack_byte_blocks,
     to_byte_blocks,
 )
@@ -98,34 +109,50 @@ class _GGUFTensor:
     def int8_blocks(self) -> Any:
         return self.inner.int8_blocks()
 
+    def half_table(self) -> torch.Tensor | None:
+        """An F16 or BF16 table [rows, K] as the file holds it (a copy: the file's pages
+        are released), else None."""
+        inner = self.inner
+        if inner.qtype not in _HALF or len(inner.shape) != 2 or inner.offset:
+            return None
+        values = np.array(inner.raw).view(np.int16).reshape(inner.shape)
+        return torch.from_numpy(values).view(_HALF[inner.qtype])
+
     def has_byte_form(self) -> bool:
         """Whether :meth:`byte_blocks` holds this tensor: a 2-D tensor of a block format
         with a byte form, where the C++ kernels run it (:func:`~mellea.engine.formats.
         cpu_support.byte_form_runs`)."""
         inner = self.inner
         return (
-            inner.qtype in BYTE_TYPES
+            (inner.qtype in BYTE_TYPES or inner.qtype in SPLIT_MIN_TYPES)
             and len(inner.shape) == 2
             and not inner.offset
             and byte_form_runs()
         )
 
-    def byte_blocks(self) -> Any:
+    def byte_blocks(self) -> tuple[ByteBlocks, np.ndarray | None]:
         """The tensor exactly, in the byte form (:class:`~mellea.engine.gguf_blocks.
-        ByteBlocks`; see :meth:`has_byte_form`): Q6_K, Q8_0, Q4_K and Q5_K in one pass of
-        C++ (the same arrays), Q4_0 in NumPy a chunk of rows at a time."""
+        ByteBlocks`; see :meth:`has_byte_form`), and for a type with minimums per 16
+        (Q2_K) each sub-block's minimum [rows, K/16] (else None). Q6_K, Q8_0, Q4_K and
+        Q5_K in one pass of C++ (the same arrays), the rest in NumPy a chunk of rows at
+        a time."""
         raw = self._raw_in_cpp(_BYTES_IN_CPP)
         if raw is not None:
             parts = cpu_kernels.gguf_byte_rows(raw, self.inner.qtype.name)
-            return ByteBlocks(*(part.numpy() for part in parts))
-        source, rows = self.inner.raw, _BYTE_CHUNK_ROWS
+            return ByteBlocks(*(part.numpy() for part in parts)), None
+        source, rows, qtype = self.inner.raw, _BYTE_CHUNK_ROWS, self.inner.qtype
+        split = qtype in SPLIT_MIN_TYPES
         chunks = [
-            to_byte_blocks(source[i : i + rows], self.inner.qtype)
+            split_minimums(source[i : i + rows], qtype)
+            if split
+            else (to_byte_blocks(source[i : i + rows], qtype), None)
             for i in range(0, len(source), rows)
         ]
+        lows = np.concatenate([low for _, low in chunks]) if split else None
         if len(chunks) == 1:
-            return chunks[0]
-        return ByteBlocks(*(np.concatenate(arrays) for arrays in zip(*chunks, strict=True)))
+            return chunks[0][0], lows
+        held = [blocks for blocks, _ in chunks]
+        return ByteBlocks(*(np.concatenate(arrays) for arrays in zip(*held, strict=True))), lows
 
     def int8_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """:func:`~mellea.engine.formats.quantize.quantize_rows` of the float32 values, computed a
@@ -153,6 +180,8 @@ class _GGUFTensor:
         self.inner.release()
 
 
+# Float tables kept as the file holds them (BlockTable), and their torch dtypes.
+_HALF = {GGMLQuantizationType.F16: torch.float16, GGMLQuantizationType.BF16: torch.bfloat16}
 # Block formats whose values are one product (no offset): C++ requantizes them per row.
 _ONE_PRODUCT = ("Q6_K", "Q8_0")
 # Block formats C++ converts to the byte form (Q4_0, the rest, in NumPy).
@@ -258,16 +287,20 @@ def load_weights(
             stacked = _int4_then_bytes(job, groups, rows)
             if stacked is not None:
                 return stacked
-        # A GGUF tensor that int4 cannot hold (Q6_K, Q8_0, ...) keeps 8 bits: the file's
-        # own values in the byte form where every piece has one, else per-row int8.
+        # A GGUF tensor that int4 cannot hold (Q6_K, Q8_0, Q5_0, ...) keeps its bits: the
+        # file's own values in the byte form where every piece has one. At int4 (what
+        # auto serves a quantized GGUF in) a layer with an F16, BF16 or F32 piece stays
+        # exact in float32; else (a type of no exact form, no C++ kernels, or int8 asked
+        # for) per-row int8.
         if quantized and (fmt == "int8" or (fmt == "int4" and is_gguf)):
-            exact = _byte_blocks(job, rows)
+            exact = _byte_layer(job, rows, bias)
             if exact is not None:
-                return Int8Linear(None, bias, blocks=exact)
-            return Int8Linear(None, bias, rows=_int8_rows(job, rows))
+                return exact
+            if fmt == "int8" or not _float_piece(job):
+                return Int8Linear(None, bias, rows=_int8_rows(job, rows))
+        elif quantized:
+            return linear_layer(_assemble(job, "weight", rows), bias, fmt)
         weight = _assemble(job, "weight", rows)
-        if quantized:
-            return linear_layer(weight, bias, fmt)
         module = _to_empty(job.module, device)
         module.weight.copy_(weight)
         if bias is not None:
@@ -332,13 +365,20 @@ _TABLES = ("embed_tokens.weight", "lm_head.weight")
 
 def _table_from_blocks(model: nn.Module, target: str, piece: Any) -> nn.Module | None:
     """Put a :class:`BlockTable` of ``piece`` (a GGUF tensor whose block format has an
-    exact int8 form) in place of the table ``target`` and return it; None where it has
-    none."""
-    held = piece.int8_blocks() if hasattr(piece, "int8_blocks") else None
-    if held is None:
+    exact int8 form, or an F16/BF16 table, kept so) in place of the table ``target`` and
+    return it; None where it has none."""
+    if not isinstance(piece, _GGUFTensor):
         return None
-    offsets = None if held.offsets is None else torch.from_numpy(held.offsets)
-    table = BlockTable(torch.from_numpy(held.q), torch.from_numpy(held.scales), offsets, held.block)
+    half = piece.half_table()
+    held = piece.int8_blocks() if half is None else None
+    if half is not None:
+        table = BlockTable(half, None, None, half.shape[1])
+    elif held is None:
+        return None
+    else:
+        offsets = None if held.offsets is None else torch.from_numpy(held.offsets)
+        q, scales = torch.from_numpy(held.q), torch.from_numpy(held.scales)
+        table = BlockTable(q, scales, offsets, held.block)
     model.set_submodule(target.removesuffix(".weight"), table)
     return table
 
@@ -376,10 +416,28 @@ def _int8_rows(job: _Pending, rows: torch.Tensor | None) -> tuple[torch.Tensor, 
     return q, scale
 
 
-def _byte_blocks(job: _Pending, rows: torch.Tensor | None) -> tuple[torch.Tensor, ...] | None:
+def _byte_layer(job: _Pending, rows: torch.Tensor | None, bias: torch.Tensor | None) -> Any:
     """A pending layer's weight in the exact byte form (its pieces stacked, ``rows``
-    reordered) as torch tensors; None where a piece has no byte form."""
-    return _pieces_in_bytes([piece for _, piece in sorted(job.pieces["weight"], key=_first)], rows)
+    reordered; see :func:`_pieces_in_bytes`); None where a piece has no byte form."""
+    pieces = [piece for _, piece in sorted(job.pieces["weight"], key=_first)]
+    held = _pieces_in_bytes(pieces, rows)
+    return None if held is None else _bytes_layer(*held, bias)
+
+
+def _bytes_layer(
+    blocks: tuple[torch.Tensor, ...], lows: torch.Tensor | None, bias: torch.Tensor | None
+) -> nn.Module:
+    """The byte form's layer over ``blocks``, with minimums per 16 where ``lows``."""
+    if lows is None:
+        return Int8Linear(None, bias, blocks=blocks)
+    return MinCorrectedLinear(Int8Linear(None, None, blocks=blocks), lows, bias)
+
+
+def _float_piece(job: _Pending) -> bool:
+    """Whether a pending GGUF layer has an F16, BF16 or F32 piece and every piece an
+    exact widening (so that float32 holds the layer as the file has it)."""
+    types = [piece.inner.qtype for _, piece in job.pieces["weight"]]
+    return any(t in FLOAT_TYPES for t in types) and all(t in SERVED_TYPES for t in types)
 
 
 def _int4_then_bytes(
@@ -400,24 +458,38 @@ def _int4_then_bytes(
     if tail is None:
         return None
     head = Int4Linear(None, None, groups=_int4_groups(groups[:lead], rows))
-    return StackedLinear([head, Int8Linear(None, None, blocks=tail)])
+    return StackedLinear([head, _bytes_layer(*tail, None)])
 
 
 def _pieces_in_bytes(
     pieces: list[Any], rows: torch.Tensor | None
-) -> tuple[torch.Tensor, ...] | None:
-    """``pieces`` (GGUF tensors, in row order) stacked in the exact byte form, ``rows``
-    reordered; None where a piece has no byte form."""
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None] | None:
+    """``pieces`` (GGUF tensors, in row order) stacked in the exact byte form, and where
+    a piece has minimums per 16 (Q2_K) each row's [rows, K/16] (zeros for the other
+    pieces), ``rows`` reordered; None where a piece has no byte form."""
     if not all(piece.has_byte_form() for piece in pieces):
         return None
+    held = [piece.byte_blocks() for piece in pieces]
     tensors = tuple(
         torch.from_numpy(np.ascontiguousarray(part))
-        for part in stack_byte_blocks([piece.byte_blocks() for piece in pieces])
+        for part in stack_byte_blocks([blocks for blocks, _ in held])
     )
+    lows = None
+    if any(low is not None for _, low in held):
+        lows = torch.from_numpy(
+            np.concatenate(
+                [
+                    np.zeros((blocks.values.shape[0], blocks.values.shape[1] // 16), np.float32)
+                    if low is None
+                    else low
+                    for blocks, low in held
+                ]
+            )
+        )
     if rows is not None:
-        for t in tensors:
+        for t in (*tensors, *([] if lows is None else [lows])):
             t[: rows.numel()] = t[rows]
-    return tensors
+    return tensors, lows
 
 
 def _int4_groups(groups: list[Any], rows: torch.Tensor | None) -> tuple[torch.Tensor, ...]:

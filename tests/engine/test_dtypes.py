@@ -234,8 +234,8 @@ def test_auto_keeps_int4_for_the_default_models_q4_gguf():
     path = resolve_model(None)
     assert gguf_source(path) is not None and stored_dtype(path) is None
     assert checkpoint_is_4bit(path)
-    fast = ("avx512-vnni", "avx2", "neon-dotprod")
-    want = "int4" if cpu_kernels.family() in fast else "float32"
+    # A quantized GGUF is served in its own bits wherever the C++ kernels run (issue 39).
+    want = "int4" if cpu_kernels.available() else "float32"
     assert resolve_format("auto", CPU, path) == want
 
 

@@ -35,6 +35,35 @@ def random_k_blocks(qtype: Q, rows: int, cols: int, seed: int = 0) -> np.ndarray
     return blocks.reshape(rows, -1)
 
 
+# Where each type keeps its fp16 factors (byte offsets in a block), and the range of
+# the first (d) that gives weights of about the size of a trained model's.
+_FACTORS = {
+    Q.Q2_K: ((80, 82), (2e-3, 2e-2)),
+    Q.Q3_K: ((108,), (1e-3, 4e-3)),
+    Q.IQ4_NL: ((0,), (1e-3, 4e-3)),
+    Q.IQ4_XS: ((0,), (2e-5, 1e-4)),
+    Q.IQ2_XXS: ((0,), (1e-3, 4e-3)),
+}
+
+
+def random_blocks(qtype: Q, rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Random but valid bytes [rows, row bytes] of a type gguf cannot quantize to: the
+    K-quants (:func:`random_k_blocks`), Q2_K, Q3_K, IQ4_NL, IQ4_XS (and IQ2_XXS, which
+    the engine refuses): random bits, finite fp16 factors of a realistic size."""
+    if qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+        return random_k_blocks(qtype, rows, cols, seed)
+    from gguf import GGML_QUANT_SIZES
+
+    rng = np.random.default_rng(seed)
+    per_block, size = GGML_QUANT_SIZES[qtype]
+    blocks = rng.integers(0, 256, (rows, cols // per_block, size), dtype=np.uint8)
+    offsets, (low, high) = _FACTORS[qtype]
+    for start in offsets:
+        factor = rng.uniform(low, high, blocks.shape[:2]).astype(np.float16)
+        blocks[..., start : start + 2] = factor.view(np.uint8).reshape(*blocks.shape[:2], 2)
+    return blocks.reshape(rows, -1)
+
+
 def int4_values(raw: np.ndarray, qtype: Q) -> torch.Tensor:
     groups = gguf_blocks.to_int4(raw, qtype)
     return dequantize_groups(*(torch.from_numpy(g) for g in groups))
@@ -181,9 +210,9 @@ def test_q5_k_fifth_bit_is_ggmls():
 
 
 def test_types_without_an_int8_block_form_are_refused():
-    raw = np.random.default_rng(0).integers(0, 256, (4, 84), dtype=np.uint8)  # one Q2_K block
-    with pytest.raises(ValueError, match="Q2_K"):
-        gguf_blocks.to_int8_blocks(raw, Q.Q2_K)
+    raw = random_blocks(Q.IQ2_XXS, 4, 256)  # a type of no exact form here (issue 39)
+    with pytest.raises(ValueError, match="IQ2_XXS"):
+        gguf_blocks.to_int8_blocks(raw, Q.IQ2_XXS)
 
 
 def gguf_tensor(raw: np.ndarray, qtype: Q, cols: int):
@@ -297,9 +326,10 @@ def test_pieces_of_other_types_stack_into_one_byte_form():
 
 
 def test_types_without_a_byte_form_are_refused():
-    raw = quantize(np.random.default_rng(0).normal(0, 1, (4, 64)).astype(np.float32), Q.Q4_1)
-    with pytest.raises(ValueError, match="Q4_1 has no byte form"):
-        gguf_blocks.to_byte_blocks(raw, Q.Q4_1)
+    # Q2_K's minimums are per 16 (gguf_blocks.split_minimums holds it instead).
+    raw = random_blocks(Q.Q2_K, 4, 256)
+    with pytest.raises(ValueError, match="Q2_K has no byte form"):
+        gguf_blocks.to_byte_blocks(raw, Q.Q2_K)
 
 
 LARGE_Q4_K_M = "/work/peers/large/smollm2-1.7b-shape-24l-Q4_K_M.gguf"

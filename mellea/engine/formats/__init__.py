@@ -7,14 +7,15 @@ cache, logits); a format only changes how the big matrices are stored and multip
 * ``bfloat16``: linear-layer and LM-head weights in bf16; a linear rounds its input
   to bf16 and returns fp32 (oneDNN accumulates in fp32, on AMX where present).
 * ``int8``: per-output-channel symmetric int8 weights (``Int8Linear``) for the same.
-* ``int4``: 4-bit weights in groups of 32 (``Int4Linear``), or a GGUF's Q4_K groups.
+* ``int4``: 4-bit weights in groups of 32 (``Int4Linear``), or a GGUF's Q4_K groups;
+  for a GGUF, every tensor in its own form (its other types in the byte form).
 
 In the compact ones, the embedding stays fp32 and the LM head's best logits are
 recomputed from its fp32 rows (``RefinedHead``).
 
 ``auto`` serves a checkpoint as it is stored (see :func:`~.resolve.auto_cpu_format`):
-int4 for one whose weights are 4-bit already, else its own dtype; the other formats
-are opt-ins. On CUDA a format is the whole model's dtype.
+int4 for a quantized GGUF or one whose weights are 4-bit already, else its own dtype;
+the other formats are opt-ins. On CUDA a format is the whole model's dtype.
 
 The modules, each importing only those listed before it:
 

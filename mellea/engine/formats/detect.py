@@ -1,6 +1,7 @@
-"""What a checkpoint stores: its float dtype, and whether its weights are 4-bit already
+"""What a checkpoint stores: its float dtype, whether its weights are 4-bit already
 (a safetensors checkpoint dequantized from a Q4 GGUF, or a GGUF mostly in 4-bit
-blocks). Read from the files' headers and a few rows, in NumPy, on the caller's thread.
+blocks), and whether a GGUF is quantized in types the engine serves. Read from the
+files' headers and a few rows, in NumPy, on the caller's thread.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from safetensors import safe_open
 
 from mellea.engine.formats.quantize import GROUP, dequantize_groups, quantize_groups
-from mellea.engine.gguf_blocks import INT4_TYPES
+from mellea.engine.gguf_blocks import FLOAT_TYPES, INT4_TYPES, SERVED_TYPES
 from mellea.engine.gguf_file import gguf_source, read_table
 
 # Checkpoint tensors that are not linear layers (embeddings, norms, heads).
@@ -120,6 +121,31 @@ def gguf_is_4bit(path: Path) -> bool:
         else:
             other += math.prod(entry.dims)
     return four > other
+
+
+class UnservableTypeError(RuntimeError):
+    """A quantized GGUF holds a matrix in a block type the engine has no exact form for
+    (the IQ1, IQ2 and IQ3 families, TQ1_0, TQ2_0, ...): one line naming the tensor."""
+
+
+def gguf_is_quantized(path: Path) -> bool:
+    """Whether any matrix of a GGUF file is in a block format (not F32, F16 or BF16).
+    Raises :class:`UnservableTypeError` naming the first matrix of a quantized file whose
+    type has no exact form here (``gguf_blocks.SERVED_TYPES``). Reads the tensor table."""
+    quantized, unserved = False, None
+    for entry in read_table(path)[1]:
+        if len(entry.dims) < 2:
+            continue
+        quantized |= entry.qtype not in FLOAT_TYPES
+        if unserved is None and entry.qtype not in SERVED_TYPES:
+            unserved = entry
+    if quantized and unserved is not None:
+        raise UnservableTypeError(
+            f"{Path(path).name}: tensor {unserved.name} is {unserved.qtype.name}, a type the "
+            "engine has no exact form for (IQ1, IQ2, IQ3 and TQ types are not served); "
+            "--dtype float32 serves the file widened to float32"
+        )
+    return quantized
 
 
 def _groups_exact(weight: Any) -> bool:

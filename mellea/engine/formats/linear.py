@@ -276,6 +276,38 @@ class Int4Linear(nn.Module):
         return dequantize_groups(self.qweight, self.scales, self.mins)
 
 
+class MinCorrectedLinear(nn.Module):
+    """A byte-form layer plus a minimum per 16 inputs: a GGUF's Q2_K weights,
+    ``w = (d * sc) * q - dmin * m`` with ``sc`` and ``m`` per sub-block of 16, whose
+    minimums the byte form (one per group of 32) cannot hold. ``base`` (an exact
+    :class:`Int8Linear`) holds the products ``(d * sc) * q``; ``lows`` [out, in / 16]
+    fp32 each sub-block's ``-(dmin * m)``, applied to the input's sums over the
+    sub-blocks (rows of other pieces of the layer have zeros). Both exact, so the
+    weights are the file's; ``lows`` add 2 bits a weight to the six-bit form's 6.6
+    (a kernel with minimums per 16 would read Q2_K at its own 2.6)."""
+
+    def __init__(self, base: Int8Linear, lows: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        assert base.exact and base.bias is None
+        self.base = base
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.tiled = False  # not a layout the fused decode layer takes
+        self.register_buffer("lows", lows.float().contiguous())
+        self.bias = None if bias is None else nn.Parameter(bias.detach().float(), False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [..., in] -> [..., out] in ``x``'s dtype."""
+        flat = x.reshape(-1, self.in_features).float()
+        sums = flat.view(flat.shape[0], -1, 16).sum(-1)
+        out = self.base(flat) + F.linear(sums, self.lows)
+        out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias
+
+    def dequantized(self) -> torch.Tensor:
+        """The fp32 weight this layer stands for (the file's, bit for bit)."""
+        return self.base.dequantized() + self.lows.repeat_interleave(16, dim=1)
+
+
 class StackedLinear(nn.Module):
     """One linear layer whose output rows come from tiled layers of different formats,
     stacked in order: a Q4_K_M file's fused q/k/v, whose Q4_K ``attn_q`` and ``attn_k``
@@ -284,7 +316,7 @@ class StackedLinear(nn.Module):
     each decode step of a 1.7B model). :func:`cpu_kernels.decode_layer` takes the two
     parts as its qkv projection."""
 
-    def __init__(self, parts: list[Int4Linear | Int8Linear]) -> None:
+    def __init__(self, parts: list[Int4Linear | Int8Linear | MinCorrectedLinear]) -> None:
         """``parts``: layers with the same input size, their outputs in this order."""
         super().__init__()
         assert len({p.in_features for p in parts}) == 1 and all(p.bias is None for p in parts)

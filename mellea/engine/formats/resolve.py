@@ -16,7 +16,8 @@ import torch
 
 from mellea.engine import cpu_kernels
 from mellea.engine.formats.cpu_support import cpu_has_native_bf16
-from mellea.engine.formats.detect import checkpoint_is_4bit, stored_dtype
+from mellea.engine.formats.detect import checkpoint_is_4bit, gguf_is_quantized, stored_dtype
+from mellea.engine.gguf_file import gguf_source
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,13 @@ def auto_cpu_format(model_path: str | Path | None) -> str:
     the file holds, so that the answers are the checkpoint's own, in the fastest way
     this CPU's kernel family (:func:`cpu_kernels.family`) runs it.
 
-    ``int4`` when every linear weight is 4-bit already (dequantized from a Q4 GGUF,
-    like the default model) and the AVX-512, AVX2 or NEON dot-product kernels run here:
+    ``int4`` for a quantized GGUF wherever the C++ kernels run: each tensor in its own
+    bits, exactly (4-bit types in int4, the others in the byte or six-bit form, float
+    ones in float32; docs/engine.md, "Loading"), never the whole model widened to
+    float32 for one type int4 cannot hold (a file with a type of no exact form raises
+    :class:`~mellea.engine.formats.detect.UnservableTypeError`). Also ``int4`` when
+    every linear weight of a safetensors checkpoint is 4-bit already (dequantized from
+    a Q4 GGUF) and the AVX-512, AVX2 or NEON dot-product kernels run here:
     int4 holds those weights exactly and is the fastest format on both x86 families
     (benchmarks/README.md); on NEON that is unmeasured (the same integer dot products on
     ``sdot``, no ARM machine here to time them).
@@ -87,8 +93,13 @@ def auto_cpu_format(model_path: str | Path | None) -> str:
         return "float32"
     path = Path(model_path)
     family = cpu_kernels.family()
+    source = gguf_source(path)
     four_bit = checkpoint_is_4bit(path)
-    if four_bit and family in ("avx512-vnni", "avx2", "neon-dotprod"):
+    if source is not None and cpu_kernels.available() and gguf_is_quantized(source):
+        fmt, why = "int4", "a quantized GGUF, each tensor served exactly in its own bits"
+        if four_bit:
+            why = "the checkpoint's weights are 4-bit already: int4 holds them exactly"
+    elif four_bit and family in ("avx512-vnni", "avx2", "neon-dotprod"):
         fmt, why = "int4", "the checkpoint's weights are 4-bit already: int4 holds them exactly"
     elif stored_dtype(path) == "bfloat16" and cpu_has_native_bf16():
         fmt, why = "bfloat16", "the checkpoint's own dtype, which this CPU multiplies natively"
