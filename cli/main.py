@@ -166,7 +166,7 @@ def serve(
             envvar="M_SERVE_CHAT_TEMPLATE",
             dir_okay=False,
             rich_help_panel=MODEL,
-            help="Jinja chat template FILE used instead of the local model's own (needed for a model that has none).",
+            help="Jinja chat template FILE used instead of the local model's own (a GGUF without one gets its family's turn format; needed for a model with neither).",
         ),
     ] = None,
     responses_db: Annotated[
