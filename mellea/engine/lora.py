@@ -393,9 +393,6 @@ class AdapterSet:
         # a model on the C++ CPU kernels (None otherwise): what the fused decode layer
         # and the hooks' lora_add read; rebuilt with the stacks.
         self.fused: list[list[torch.Tensor]] | None = None
-        # Whether the hooks of int8/int4 projections add the deltas through lora_add
-        # where the packs exist (tests turn it off to compare with the fp32 hooks).
-        self.packed_hooks = True
         # On a GPU, per (layer, projection) every adapter's pair as dense stacks.
         self.dense: dict[tuple[int, str], DenseStack] = {}
         self.generation = 0  # counts rebuilds of the stacks (a CUDA graph holds them)
@@ -487,7 +484,6 @@ class AdapterSet:
                 return out
             if (
                 packed
-                and self.packed_hooks
                 and self.fused is not None
                 and step.row_slots is not None
                 and out.dtype == torch.float32
