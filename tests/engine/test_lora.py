@@ -1,4 +1,4 @@
-"""LoRA and aLoRA adapters (mellea/engine/lora.py) against PEFT + transformers.
+"""LoRA and aLoRA adapters (mellea/engine/lora/) against PEFT + transformers.
 
 Tiny random models of two families (Llama 3 with biases; OLMo 2 with q/k norms over
 the whole projection, whose q/k rows the CPU path reorders) get random PEFT adapters
@@ -218,19 +218,20 @@ async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, route: str
     """How the hooks add the deltas: ``stacked``, in fp32 on the stacked pairs where
     steps mix adapters; ``grouped``, in fp32 per adapter; ``packed``, int8/int4 weights
     on the C++ kernels, through ``lora_add`` from the fp16 packs (prompt chunks too)."""
-    from mellea.engine import lora
+    from mellea.engine.lora import adapter_set, deltas
+    from mellea.engine.lora import step as lora_step
 
     if route == "grouped":
-        monkeypatch.setattr(lora, "STACKED_MIN_SHARE", 2.0)
+        monkeypatch.setattr(lora_step, "STACKED_MIN_SHARE", 2.0)
     if route == "stacked" and fmt == "int4":  # as without the C++ kernels: no packs
-        monkeypatch.setattr(lora, "_reads_packs", lambda model: False)
+        monkeypatch.setattr(adapter_set, "reads_packs", lambda model: False)
     stacked_calls, packed_rows = [], []
-    real_stacked, real_packed = lora.apply_stacked, lora.apply_packed
+    real_stacked, real_packed = deltas.apply_stacked, deltas.apply_packed
     monkeypatch.setattr(
-        lora, "apply_stacked", lambda *a: stacked_calls.append(1) or real_stacked(*a)
+        deltas, "apply_stacked", lambda *a: stacked_calls.append(1) or real_stacked(*a)
     )
     monkeypatch.setattr(
-        lora,
+        deltas,
         "apply_packed",
         lambda out, x, *a: packed_rows.append(x.shape[0]) or real_packed(out, x, *a),
     )
@@ -574,8 +575,8 @@ def test_fused_layer_adds_the_deltas_of_the_layers_path(
     some, five of another): the fused C++ layers (fp16 pairs) compute what the layers'
     own path computes with the deltas from the fp32 pairs (:func:`fp32_lora_add` in
     place of ``lora_add``), within fp16's rounding of the deltas."""
-    from mellea.engine import lora
     from mellea.engine.compute_path import ComputePath
+    from mellea.engine.lora import deltas
     from tests.engine.decode_batch import decode_batch
 
     engine = make_engine(dtype="int4")
@@ -605,7 +606,7 @@ def test_fused_layer_adds_the_deltas_of_the_layers_path(
         try:
             fused = model(*args)
             model.set_path(ComputePath.CPP)  # the layers' own path, LoRA from fp32 pairs
-            monkeypatch.setattr(lora, "apply_packed", fp32_lora_add(runner.adapters))
+            monkeypatch.setattr(deltas, "apply_packed", fp32_lora_add(runner.adapters))
             layered = model(*args)
         finally:
             runner.adapters.current = None
@@ -678,6 +679,7 @@ def test_prompt_chunks_through_lora_add_equal_the_fp32_hooks(
     model's; through the model, what the deltas from the fp32 pairs give
     (:func:`fp32_lora_add`)."""
     from mellea.engine import lora
+    from mellea.engine.lora import deltas
 
     engine = make_engine(dtype=dtype, block_size=BLOCK_SIZE)
     runner, model, adapters = engine.runner, engine.runner.model, engine.runner.adapters
@@ -713,19 +715,19 @@ def test_prompt_chunks_through_lora_add_equal_the_fp32_hooks(
         for j, proj in enumerate(lora.PROJECTIONS)
     }
     errors = []  # per projection: (largest error, largest fp32 delta)
-    real = lora.apply_packed
+    real = deltas.apply_packed
 
     def packed_beside_fp32(out, x, row_slots, pack):
         step, key = adapters.current, keys[id(pack[0])]
         want = out.clone()
-        lora.apply_stacked(want, x, step, adapters._stacks.get(key))
+        deltas.apply_stacked(want, x, step, adapters.stack(key))
         got = real(out.clone(), x, row_slots, pack)
         errors.append(((got - want).abs().max().item(), (want - out).abs().max().item()))
         unadapted = (want == out).all(dim=1)  # base rows, and adapters not on `key`
         assert (got[unadapted] == out[unadapted]).all(), key
         return real(out, x, row_slots, pack)
 
-    monkeypatch.setattr(lora, "apply_packed", packed_beside_fp32)
+    monkeypatch.setattr(deltas, "apply_packed", packed_beside_fp32)
     args = (inputs.input_ids, inputs.positions, runner.kv_caches, inputs.meta)
     with torch.inference_mode():
         base = model(*args)
@@ -733,7 +735,7 @@ def test_prompt_chunks_through_lora_add_equal_the_fp32_hooks(
         try:
             packed = model(*args)
             assert len(errors) == 4 * len(model.layers)  # every projection through lora_add
-            monkeypatch.setattr(lora, "apply_packed", fp32_lora_add(adapters))
+            monkeypatch.setattr(deltas, "apply_packed", fp32_lora_add(adapters))
             hooked = model(*args)
         finally:
             adapters.current = None
