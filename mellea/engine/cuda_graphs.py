@@ -11,7 +11,7 @@ Decode steps with adapter rows (LoRA, aLoRA) replay graphs of their own, capture
 the first such step of each size: the same forward pass with each projection's
 gathered LoRA kernel, which reads every row's adapter slot from one more static
 buffer (padded and base rows: -1). They are captured again after an adapter loads,
-since they hold the adapters' stacks (:mod:`mellea.engine.lora_dense`).
+since they hold the adapters' stacks (:mod:`mellea.engine.lora.dense`).
 """
 
 from __future__ import annotations

@@ -87,7 +87,8 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float, path: ComputePath) -
 class Attention(nn.Module):
     """Self-attention with fused QKV, optional q/k norms, RoPE and a paged KV cache.
 
-    Each :class:`ComputePath` has its own forward function, with the same maths.
+    Each :class:`ComputePath` has its own forward function, with the same maths; the
+    one that runs (and its prefill attention) is chosen when the path is set.
     """
 
     def __init__(self, cfg: ModelConfig, layer: int, path: ComputePath) -> None:
@@ -125,13 +126,26 @@ class Attention(nn.Module):
         step's complex rotations [T, 1, D/2] on the CPU path.
         """
         qkv = self.qkv_proj(x)
-        if self.path.kernels:
-            out = self._forward_kernels(qkv, positions, rope, k_cache, v_cache, meta)
-        elif self.path is ComputePath.CPP:
-            out = self._forward_cpp(qkv, rope, k_cache, v_cache, meta)
-        else:
-            out = self._forward_torch(qkv, rope, k_cache, v_cache, meta)
+        out = self._forward_path(self, qkv, positions, rope, k_cache, v_cache, meta)
         return self.o_proj(out)
+
+    @property
+    def path(self) -> ComputePath:
+        """The path this layer runs (see :meth:`DecoderModel.set_path`)."""
+        return self._path
+
+    @path.setter
+    def path(self, path: ComputePath) -> None:
+        self._path = path
+        if path.kernels:
+            self._forward_path, self._prefill = (
+                Attention._forward_kernels,
+                Attention._prefill_kernels,
+            )
+        elif path is ComputePath.CPP:
+            self._forward_path, self._prefill = Attention._forward_cpp, Attention._prefill_cpu
+        else:
+            self._forward_path, self._prefill = Attention._forward_torch, Attention._prefill_cpu
 
     def _split_qkv(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [T, Hq, D], k and v [T, Hk, D] of the fused projection, q and k normed."""
@@ -162,6 +176,7 @@ class Attention(nn.Module):
     def _forward_torch(
         self,
         qkv: torch.Tensor,
+        positions: torch.Tensor,
         rope: dict[str, torch.Tensor],
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
@@ -169,7 +184,7 @@ class Attention(nn.Module):
         decode: Callable[..., torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """The CPU path in PyTorch ops (``decode``: its decode attention, by default
-        :func:`cpu_decode_attention`)."""
+        :func:`cpu_decode_attention`); ``positions`` are in ``rope``'s rotations."""
         n_tokens, n_heads, n_kv = qkv.shape[0], self.num_heads, self.num_kv_heads
         q, k, v = self._split_qkv(qkv)
         # q/k dims were permuted at load time so that each rotary pair is adjacent:
@@ -188,6 +203,7 @@ class Attention(nn.Module):
     def _forward_cpp(
         self,
         qkv: torch.Tensor,
+        positions: torch.Tensor,
         rope: dict[str, torch.Tensor],
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
@@ -196,7 +212,9 @@ class Attention(nn.Module):
         """The CPU path with C++ ops: one op for RoPE and the KV store where it applies
         (no q/k norms, an fp32 cache), C++ decode attention, PyTorch prefill."""
         if self.qk_norm is not None or k_cache.dtype != torch.float32:
-            return self._forward_torch(qkv, rope, k_cache, v_cache, meta, self._decode_cpp)
+            return self._forward_torch(
+                qkv, positions, rope, k_cache, v_cache, meta, self._decode_cpp
+            )
         n_tokens, n_heads, n_kv, head_dim = (
             qkv.shape[0],
             self.num_heads,
@@ -226,16 +244,15 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """Attention of this step's queries: decodes over the cache with ``decode``,
         prefills as they can."""
-        prefill = self._prefill_kernels if self.path.kernels else self._prefill_cpu
         nd = meta.num_decode
         if nd == q.shape[0]:
             return decode(q, k_cache, v_cache, meta)
         if nd == 0:
-            return prefill(q, k, v, k_cache, v_cache, meta)
+            return self._prefill(self, q, k, v, k_cache, v_cache, meta)
         return torch.cat(
             [
                 decode(q[:nd], k_cache, v_cache, meta),
-                prefill(q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta),
+                self._prefill(self, q[nd:], k[nd:], v[nd:], k_cache, v_cache, meta),
             ]
         )
 

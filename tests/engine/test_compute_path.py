@@ -19,7 +19,6 @@ SWITCHES = (
     "MELLEA_CPU_KERNEL",
     "MELLEA_ENGINE_REFERENCE",
     "MELLEA_DISABLE_TRITON",
-    "MELLEA_FORCE_TRITON",
     "ONEDNN_MAX_CPU_ISA",
     "MELLEA_CPU_THREADS",
     "MELLEA_CUDA_GRAPHS",
@@ -38,7 +37,6 @@ def test_switches_are_read_when_asked_not_at_import(no_switches, monkeypatch):
     monkeypatch.setenv("MELLEA_CPU_KERNEL", "0")
     monkeypatch.setenv("MELLEA_ENGINE_REFERENCE", "1")
     monkeypatch.setenv("MELLEA_DISABLE_TRITON", "1")
-    monkeypatch.setenv("MELLEA_FORCE_TRITON", "1")
     monkeypatch.setenv("MELLEA_CPU_THREADS", "3")
     monkeypatch.setenv("MELLEA_CUDA_GRAPHS", "0")
     monkeypatch.setenv("MELLEA_CACHE_DIR", "/somewhere")
@@ -46,7 +44,6 @@ def test_switches_are_read_when_asked_not_at_import(no_switches, monkeypatch):
         cpu_kernel=False,
         reference=True,
         disable_triton=True,
-        force_triton=True,
         cpu_threads=3,
         cuda_graphs=False,
         cache_dir=Path("/somewhere"),
@@ -88,8 +85,12 @@ def test_triton_is_the_path_where_the_kernels_take_it(monkeypatch):
     assert choose_compute_path(cuda, torch.bfloat16, EngineSwitches()) is ComputePath.TRITON
     off = EngineSwitches(disable_triton=True)
     assert choose_compute_path(cuda, torch.bfloat16, off) is ComputePath.REFERENCE
-    forced = EngineSwitches(reference=True, force_triton=True)
+    # Where the dispatch sends CPU tensors to Triton (the kernel tests), so does the path.
+    cuda_decision = _dispatch.triton_on
+    monkeypatch.setattr(_dispatch, "triton_on", lambda _device, s: cuda_decision(cuda, s))
+    forced = EngineSwitches(reference=True)
     assert choose_compute_path(CPU, torch.float32, forced) is ComputePath.TRITON
+    monkeypatch.setattr(_dispatch, "triton_on", cuda_decision)
     monkeypatch.setattr(_dispatch, "triton_available", lambda: False)
     assert choose_compute_path(cuda, torch.bfloat16, EngineSwitches()) is ComputePath.REFERENCE
 

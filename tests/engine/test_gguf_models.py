@@ -534,9 +534,9 @@ async def test_a_q4_k_m_model_serves_a_lora_as_peft(tiny_gguf, tmp_path, monkeyp
     weights (int4's bar: the kernels round the activations)."""
     from peft import LoraConfig, get_peft_model
 
-    from mellea.engine import lora
     from mellea.engine.engine import Engine
     from mellea.engine.formats.linear import StackedLinear
+    from mellea.engine.lora import deltas
     from tests.engine.test_lora import ALL_TARGETS, check, run
 
     meta = resolve_model(str(tiny_gguf("llama", Q.Q4_K, v_type=Q.Q6_K)))
@@ -556,8 +556,8 @@ async def test_a_q4_k_m_model_serves_a_lora_as_peft(tiny_gguf, tmp_path, monkeyp
     reference.save_pretrained(tmp_path)  # the adapter "default"
     reference.eval()
     packed = []
-    real = lora.apply_packed
-    monkeypatch.setattr(lora, "apply_packed", lambda *a: packed.append(1) or real(*a))
+    real = deltas.apply_packed
+    monkeypatch.setattr(deltas, "apply_packed", lambda *a: packed.append(1) or real(*a))
     engine = Engine(str(meta), dtype="int4", block_size=4, max_num_batched_tokens=16)
     try:
         engine.load_adapter("default", tmp_path)

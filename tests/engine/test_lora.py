@@ -1,4 +1,4 @@
-"""LoRA and aLoRA adapters (mellea/engine/lora.py) against PEFT + transformers.
+"""LoRA and aLoRA adapters (mellea/engine/lora/) against PEFT + transformers.
 
 Tiny random models of two families (Llama 3 with biases; OLMo 2 with q/k norms over
 the whole projection, whose q/k rows the CPU path reorders) get random PEFT adapters
@@ -218,19 +218,20 @@ async def test_adapters_match_peft_in_mixed_batches(family, fmt: str, route: str
     """How the hooks add the deltas: ``stacked``, in fp32 on the stacked pairs where
     steps mix adapters; ``grouped``, in fp32 per adapter; ``packed``, int8/int4 weights
     on the C++ kernels, through ``lora_add`` from the fp16 packs (prompt chunks too)."""
-    from mellea.engine import lora
+    from mellea.engine.lora import adapter_set, deltas
+    from mellea.engine.lora import step as lora_step
 
     if route == "grouped":
-        monkeypatch.setattr(lora, "STACKED_MIN_SHARE", 2.0)
+        monkeypatch.setattr(lora_step, "STACKED_MIN_SHARE", 2.0)
     if route == "stacked" and fmt == "int4":  # as without the C++ kernels: no packs
-        monkeypatch.setattr(lora, "_reads_packs", lambda model: False)
+        monkeypatch.setattr(adapter_set, "reads_packs", lambda model: False)
     stacked_calls, packed_rows = [], []
-    real_stacked, real_packed = lora.apply_stacked, lora.apply_packed
+    real_stacked, real_packed = deltas.apply_stacked, deltas.apply_packed
     monkeypatch.setattr(
-        lora, "apply_stacked", lambda *a: stacked_calls.append(1) or real_stacked(*a)
+        deltas, "apply_stacked", lambda *a: stacked_calls.append(1) or real_stacked(*a)
     )
     monkeypatch.setattr(
-        lora,
+        deltas,
         "apply_packed",
         lambda out, x, *a: packed_rows.append(x.shape[0]) or real_packed(out, x, *a),
     )
@@ -568,13 +569,14 @@ def test_pack_fused_keeps_pairs_of_any_magnitude_within_fp16(kernel_family):
 
 
 def test_fused_layer_adds_the_deltas_of_the_layers_path(
-    make_engine, tiny_model_dir, tmp_path, kernel_family
+    make_engine, tiny_model_dir, tmp_path, kernel_family, monkeypatch
 ):
     """One decode-only int4 step with base rows and rows of three adapters (one row of
     some, five of another): the fused C++ layers (fp16 pairs) compute what the layers'
-    own path with its fp32 hooks (``packed_hooks`` off) computes, within fp16's
-    rounding of the deltas."""
+    own path computes with the deltas from the fp32 pairs (:func:`fp32_lora_add` in
+    place of ``lora_add``), within fp16's rounding of the deltas."""
     from mellea.engine.compute_path import ComputePath
+    from mellea.engine.lora import deltas
     from tests.engine.decode_batch import decode_batch
 
     engine = make_engine(dtype="int4")
@@ -603,16 +605,34 @@ def test_fused_layer_adds_the_deltas_of_the_layers_path(
         runner.adapters.current = inputs.lora
         try:
             fused = model(*args)
-            model.set_path(ComputePath.CPP)  # the layers' own path, LoRA by fp32 hooks
-            runner.adapters.packed_hooks = False
+            model.set_path(ComputePath.CPP)  # the layers' own path, LoRA from fp32 pairs
+            monkeypatch.setattr(deltas, "apply_packed", fp32_lora_add(runner.adapters))
             layered = model(*args)
         finally:
             runner.adapters.current = None
-            runner.adapters.packed_hooks = True
             model.set_path(ComputePath.CPP_FUSED)
     moved = (layered - base).abs().amax(dim=1)
     assert (moved[[0, 2, 3, 4, 5, 6, 8]] > 0.1).all() and (moved[[1, 7]] == 0).all()
     torch.testing.assert_close(fused, layered, atol=0.01 * moved.max().item(), rtol=0)
+
+
+def fp32_lora_add(adapters):
+    """A stand-in for the hooks' ``lora_add`` (``apply_packed``) that adds each row's
+    adapter's delta from the fp32 pairs (:func:`lora_reference`), to compare with."""
+    from mellea.engine import lora
+
+    keys = {
+        id(pack[3 * j]): (i, proj)
+        for i, pack in enumerate(adapters.fused)
+        for j, proj in enumerate(lora.PROJECTIONS)
+    }
+
+    def add(out, x, row_slots, pack):
+        x = x.reshape(out.shape[0], -1)
+        slots = row_slots.tolist()
+        return lora_reference(out, x, adapters.adapters, slots, keys[id(pack[0])]).to(out.dtype)
+
+    return add
 
 
 def _prefill_step(runner, prefills, decodes):
@@ -654,9 +674,12 @@ def test_prompt_chunks_through_lora_add_equal_the_fp32_hooks(
     """A step of prompt chunks (one from the start, others after computed tokens, one
     whose aLoRA activates inside the chunk) beside decode rows, base and adapter rows
     mixed: the hooks' ``lora_add`` (fp16 packs, all rows of the step in one op per
-    projection) adds to each projection what the fp32 hooks add to the same input,
-    within fp16's rounding of the delta, and leaves the base rows as the base model's."""
+    projection) adds to each projection what the fp32 stacked pairs add to the same
+    input, within fp16's rounding of the delta, and leaves the base rows as the base
+    model's; through the model, what the deltas from the fp32 pairs give
+    (:func:`fp32_lora_add`)."""
     from mellea.engine import lora
+    from mellea.engine.lora import deltas
 
     engine = make_engine(dtype=dtype, block_size=BLOCK_SIZE)
     runner, model, adapters = engine.runner, engine.runner.model, engine.runner.adapters
@@ -692,19 +715,19 @@ def test_prompt_chunks_through_lora_add_equal_the_fp32_hooks(
         for j, proj in enumerate(lora.PROJECTIONS)
     }
     errors = []  # per projection: (largest error, largest fp32 delta)
-    real = lora.apply_packed
+    real = deltas.apply_packed
 
     def packed_beside_fp32(out, x, row_slots, pack):
         step, key = adapters.current, keys[id(pack[0])]
         want = out.clone()
-        lora.apply_stacked(want, x, step, adapters._stacks.get(key))
+        deltas.apply_stacked(want, x, step, adapters.stack(key))
         got = real(out.clone(), x, row_slots, pack)
         errors.append(((got - want).abs().max().item(), (want - out).abs().max().item()))
         unadapted = (want == out).all(dim=1)  # base rows, and adapters not on `key`
         assert (got[unadapted] == out[unadapted]).all(), key
         return real(out, x, row_slots, pack)
 
-    monkeypatch.setattr(lora, "apply_packed", packed_beside_fp32)
+    monkeypatch.setattr(deltas, "apply_packed", packed_beside_fp32)
     args = (inputs.input_ids, inputs.positions, runner.kv_caches, inputs.meta)
     with torch.inference_mode():
         base = model(*args)
@@ -712,12 +735,11 @@ def test_prompt_chunks_through_lora_add_equal_the_fp32_hooks(
         try:
             packed = model(*args)
             assert len(errors) == 4 * len(model.layers)  # every projection through lora_add
-            adapters.packed_hooks = False
+            monkeypatch.setattr(deltas, "apply_packed", fp32_lora_add(adapters))
             hooked = model(*args)
         finally:
             adapters.current = None
-            adapters.packed_hooks = True
-    assert len(errors) == 4 * len(model.layers)  # the fp32 hooks did not call it
+    assert len(errors) == 4 * len(model.layers)  # the fp32 reference did not call it
     for error, delta in errors:
         assert delta > 1 and error <= 2e-3 * delta
     moved = (hooked - base).abs().amax(dim=1)

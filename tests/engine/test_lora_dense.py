@@ -1,4 +1,4 @@
-"""The GPU's form of the adapters (mellea/engine/lora_dense.py): every adapter's pair
+"""The GPU's form of the adapters (mellea/engine/lora/dense.py): every adapter's pair
 of a projection in two dense stacks indexed by slot, read by the gathered kernel's
 reference here on the CPU (the kernel itself: tests/kernels/test_lora_triton.py)."""
 
@@ -8,7 +8,7 @@ import torch
 
 from mellea.engine.kernels.lora import lora_gathered_ref
 from mellea.engine.lora import AdapterInfo, AdapterSet, LoraAdapter, low_rank
-from mellea.engine.lora_dense import dense_stacks
+from mellea.engine.lora.dense import dense_stacks
 from tests.engine.test_lora import lora_reference
 
 QKV = (0, "self_attn.qkv_proj")
@@ -71,12 +71,14 @@ def test_a_gpu_plan_carries_the_slots_and_a_cpu_plan_does_not(monkeypatch):
     """On a CUDA device every step with adapter rows (up to GATHERED_MAX_ROWS tokens) is
     planned for the gathered kernel; on the CPU the row groups stay. Planning makes the
     slot tensor on the device, so the check stands in a fake one for the GPU."""
-    from mellea.engine import lora
+    from mellea.engine.lora import step as lora_step
 
     made = []
     real = torch.tensor
     monkeypatch.setattr(
-        lora.torch, "tensor", lambda data, **kw: made.append(kw) or real(data, dtype=torch.long)
+        lora_step.torch,
+        "tensor",
+        lambda data, **kw: made.append(kw) or real(data, dtype=torch.long),
     )
     adapters = AdapterSet()
     for a in ADAPTERS:
@@ -85,8 +87,8 @@ def test_a_gpu_plan_carries_the_slots_and_a_cpu_plan_does_not(monkeypatch):
     assert step is not None and step.gathered is not None and step.gathered.tolist() == [0, -1, 2]
     assert made[-1]["device"] == torch.device("cuda") and step.slots is None and not step.groups
     assert adapters.plan([-1, -1], torch.device("cuda")) is None
-    long = adapters.plan([0] * (lora.GATHERED_MAX_ROWS + 1), torch.device("cuda"))
+    long = adapters.plan([0] * (lora_step.GATHERED_MAX_ROWS + 1), torch.device("cuda"))
     assert long is not None and long.gathered is None
-    monkeypatch.setattr(lora.torch, "tensor", real)
+    monkeypatch.setattr(lora_step.torch, "tensor", real)
     cpu = adapters.plan([0, -1, 2])
     assert cpu is not None and cpu.gathered is None

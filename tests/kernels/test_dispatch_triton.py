@@ -1,4 +1,4 @@
-"""With MELLEA_FORCE_TRITON=1 every dispatching op takes its Triton path on CPU tensors."""
+"""With CPU tensors sent to Triton (conftest.py), every dispatching op takes its Triton path."""
 
 from __future__ import annotations
 

@@ -26,9 +26,7 @@ ARCHS = (80, 90)
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict]]:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "MELLEA_FORCE_TRITON")
-    }
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton_cache"))
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))

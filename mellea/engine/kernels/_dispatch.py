@@ -1,8 +1,9 @@
 """Choose between a Triton kernel and its PyTorch reference.
 
-Triton runs on CUDA tensors. ``MELLEA_FORCE_TRITON=1`` forces the Triton path on
-any device, which together with ``TRITON_INTERPRET=1`` lets CPU tests run the
-kernels in Triton's interpreter (the switches: :mod:`mellea.engine.switches`).
+Triton runs on CUDA tensors unless ``MELLEA_DISABLE_TRITON=1`` (the switches:
+:mod:`mellea.engine.switches`). The kernel tests run the Triton code on CPU tensors in
+Triton's interpreter by calling the ``*_triton`` functions, or by replacing
+:func:`triton_on` where they test the dispatch itself.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def triton_on(device: torch.device, switches: EngineSwitches | None = None) -> b
     switches = switches or read_switches()
     if switches.disable_triton:
         return False
-    return device.type == "cuda" or switches.force_triton
+    return device.type == "cuda"
 
 
 def use_triton(tensor: torch.Tensor) -> bool:

@@ -2,7 +2,7 @@
 (x[t] @ A[s]^T) @ B[s]^T`` with ``s = slots[t]`` (rows with slot -1 are left alone).
 
 ``a`` [S, C, K] and ``b`` [S, N, C] hold every adapter's pair of one projection side
-by side (:mod:`mellea.engine.lora_dense` builds them), so one call serves a batch that
+by side (:mod:`mellea.engine.lora.dense` builds them), so one call serves a batch that
 mixes adapters, and its shapes do not depend on which rows use which adapter: a CUDA
 graph captured once replays it for any mix.
 """

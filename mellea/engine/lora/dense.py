@@ -2,12 +2,12 @@
 
 On a GPU, steps with adapter rows add their deltas through one kernel per projection
 (:func:`mellea.engine.kernels.lora.lora_gathered`) that reads each row's slot from a
-device tensor. Unlike the row groups of the CPU paths (:class:`~mellea.engine.lora.LoraStep`),
+device tensor. Unlike the row groups of the CPU paths (:class:`~mellea.engine.lora.step.LoraStep`),
 nothing about the mix is known on the host, so a decode step with adapters can run as
 a CUDA graph captured once (:mod:`mellea.engine.cuda_graphs`).
 
 For a projection, slot ``s`` owns ``a[s]`` [C, in] (its pieces' A rows one after
-another, as in its :class:`~mellea.engine.lora.LowRank`; zero past its own rank) and
+another, as in its :class:`~mellea.engine.lora.low_rank.LowRank`; zero past its own rank) and
 ``b[s]`` [N, C] (each piece's scaled B in that piece's output rows and its own
 columns; zero elsewhere). C is the largest total rank of any adapter there, N the
 last output row any adapter writes. Zero entries cost multiplications, not results.
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from mellea.engine.lora import LoraAdapter
+    from mellea.engine.lora.peft import LoraAdapter
 
 
 @dataclass(frozen=True)
