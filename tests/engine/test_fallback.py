@@ -143,9 +143,7 @@ async def test_logprobs_match_transformers(fallback, hybrid):
         assert [v for _, v in entry.top] == pytest.approx(values.tolist(), abs=1e-3)
 
 
-async def test_prompt_logprobs_match_transformers_and_max_tokens_zero_scores_only(
-    fallback, hybrid
-):
+async def test_prompt_logprobs_match_transformers_and_max_tokens_zero_scores_only(fallback, hybrid):
     prompt = PROMPTS[1]
     params = SamplingParams(max_tokens=0, prompt_logprobs=2)
     tokens, _, last = await collect(fallback.add_request(prompt, params))
