@@ -135,6 +135,7 @@ def _merge(a: RequestOutput, b: RequestOutput) -> RequestOutput:
         text=a.text + b.text,
         token_ids=a.token_ids + b.token_ids,
         logprobs=logprobs,
+        prompt_logprobs=a.prompt_logprobs or b.prompt_logprobs,  # only a first one has them
     )
 
 

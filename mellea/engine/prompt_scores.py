@@ -75,18 +75,20 @@ def score_rows(
     logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> list[TokenLogprobs]:
     """An entry per row of ``hidden`` [N, hidden]: ``targets[i]``'s log-probability and
-    the ``ks[i]`` best tokens. ``logits_of(hidden, ids)`` gives fp32 logits [n, vocab]
+    the ``ks[i]`` best tokens, and its rank. ``logits_of(hidden, ids)`` gives fp32 logits [n, vocab]
     with the columns ``ids`` [n, 1] exact."""
     entries: list[TokenLogprobs] = []
     for first in range(0, len(targets), ROWS_PER_SLICE):
         last = min(first + ROWS_PER_SLICE, len(targets))
         ids = torch.tensor(targets[first:last], device=hidden.device).unsqueeze(1)
         logprobs = torch.log_softmax(logits_of(hidden[first:last], ids), dim=-1)
-        chosen = logprobs.gather(1, ids).squeeze(1).tolist()
+        picked = logprobs.gather(1, ids)
+        ranks = (logprobs > picked).sum(dim=1).add(1).tolist()
+        chosen = picked.squeeze(1).tolist()
         k = min(max(ks[first:last]), logprobs.shape[1])
         top_values, top_ids = (t.tolist() for t in logprobs.topk(k, dim=-1))
         for i, value in enumerate(chosen):
             want = ks[first + i]
             top = list(zip(top_ids[i][:want], top_values[i][:want], strict=True))
-            entries.append(TokenLogprobs(targets[first + i], value, top))
+            entries.append(TokenLogprobs(targets[first + i], value, top, ranks[i]))
     return entries

@@ -66,6 +66,7 @@ class TokenLogprobs:
     token_id: int  # the sampled token
     logprob: float  # its log-probability
     top: list[tuple[int, float]]  # the k most likely (token id, logprob), best first
+    rank: int | None = None  # a prompt token's place among all tokens there (1: the best)
 
 
 @dataclass

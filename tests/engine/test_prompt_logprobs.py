@@ -163,6 +163,15 @@ async def test_the_first_output_carries_the_prompt_logprobs(make_engine):
     ]
 
 
+async def test_outputs_merged_while_the_reader_was_busy_keep_the_prompt_logprobs(make_engine):
+    engine = make_engine()
+    params = SamplingParams(max_tokens=4, prompt_logprobs=1, ignore_eos=True)
+    late = engine.add_request(PROMPT, params)  # read only once everything is queued
+    await collect(engine.add_request(list(PROMPT), params))  # same steps, delivered after
+    outs = [out async for out in late]
+    assert len(outs) == 1 and outs[0].token_ids and len(outs[0].prompt_logprobs) == len(PROMPT)
+
+
 async def test_bad_prompt_logprobs_and_max_tokens_are_refused(make_engine):
     engine = make_engine()
     for bad, field in (
