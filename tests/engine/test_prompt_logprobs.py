@@ -196,3 +196,15 @@ def test_the_refined_head_recomputes_the_asked_columns_in_fp32(fmt: str):
     assert torch.allclose(logits.gather(1, worst), exact.gather(1, worst), atol=1e-4)
     rounded = RefinedHead(inner, weight)(hidden)
     assert (rounded.gather(1, worst) - exact.gather(1, worst)).abs().max() > 1e-3
+
+
+@pytest.mark.model
+def test_the_bundled_gguf_in_its_default_format_scores_as_its_own_forward():
+    from mellea.engine.loader import resolve_model
+
+    core = EngineCore(resolve_model(None), eos_token_ids={2}, dtype="auto")
+    assert isinstance(core.runner.model.lm_head, RefinedHead)  # a compact head over the GGUF's
+    prompt = list(range(1000, 1200, 3))
+    scored = add(core, "scored", prompt, max_tokens=0, prompt_logprobs=4)
+    run(core)
+    assert_matches(scored.prompt_logprobs, prompt, own_forward_logprobs(core, prompt), 4)
