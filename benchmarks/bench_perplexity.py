@@ -121,6 +121,8 @@ def llama_binary(build: bool) -> Path | None:
     configure = ["cmake", "-S", str(llama_source()), "-B", str(build_dir)]
     configure += ["-DCMAKE_BUILD_TYPE=Release", *LLAMA_ISA_FLAGS["native"], "-DGGML_CUDA=OFF"]
     configure += ["-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF"]
+    configure += ["-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF"]
+    configure += ["-DLLAMA_USE_PREBUILT_UI=OFF"]  # would fetch the web UI from the hub
     run_logged(configure, LOGS / "llama-build.log")
     target = ["--target", "llama-perplexity", f"-j{THREADS}"]
     run_logged(
