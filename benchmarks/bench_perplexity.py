@@ -99,12 +99,14 @@ async def ours(dtype: str, texts: list[str]) -> dict[str, Any]:
 
             scored = await asyncio.gather(*(one(t) for t in texts))
         seconds = time.monotonic() - started
-    nll, count = 0.0, 0
+    nll, count, running = 0.0, 0, []
     for logprobs in scored:
         window_nll, window_count = second_half_nll(logprobs)
         nll, count = nll + window_nll, count + window_count
+        running.append(round(math.exp(nll / count), 4))
     return {
         "ppl": math.exp(nll / count),
+        "running": running,  # after each window, as llama-perplexity prints it
         "tokens_scored": count,
         "retokenized": sum(len(lp) != WINDOW for lp in scored),
         "seconds": round(seconds, 1),
@@ -140,12 +142,13 @@ def llama(binary: Path, gguf: Path, windows: int) -> dict[str, Any]:
         command += ["--chunks", str(windows)]
     started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, check=True)
-    found = re.search(r"Final estimate: PPL = ([0-9.]+)", done.stdout + done.stderr)
+    output = done.stdout + done.stderr
+    found = re.search(r"Final estimate: PPL = ([0-9.]+)", output)
     if found is None:
-        raise RuntimeError(
-            f"no final estimate in llama-perplexity's output:\n{done.stderr[-2000:]}"
-        )
-    return {"ppl": float(found.group(1)), "seconds": round(time.monotonic() - started, 1)}
+        raise RuntimeError(f"no final estimate in llama-perplexity's output:\n{output[-2000:]}")
+    running = [float(v) for v in re.findall(r"\[\d+\]([0-9.]+),", output)]
+    seconds = round(time.monotonic() - started, 1)
+    return {"ppl": float(found.group(1)), "running": running, "seconds": seconds}
 
 
 def main() -> None:
