@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING, Any
 from mellea.backends.adapters.backend import AdapterMixin
 from mellea.backends.base import Backend, openai_tools, schema_hint
 from mellea.backends.cache_salt import current_cache_salt
-from mellea.backends.logprobs import TokenTexts, engine_logprobs, token_texts
+from mellea.backends.logprobs import (
+    TokenTexts,
+    engine_logprobs,
+    engine_prompt_logprobs,
+    token_texts,
+)
 from mellea.backends.request_adapter import current_request_adapter
 from mellea.backends.runtime import Runtime, current_runtime, model_name
 from mellea.backends.tool_parsing import lift_tool_calls, tool_functions, tool_parser_name
@@ -117,8 +122,9 @@ class LocalBackend(AdapterMixin, Backend):
             shaped = format is not None or options.get("response_format") is not None
             param = "tools" if forced_tools else "response_format" if shaped else None
             raise RequestError(str(exc), param=param) from None
-        texts = token_texts(self.engine.tokenizer) if params.logprobs is not None else None
-        chunks = _chunks(stream, texts)
+        scored = params.logprobs is not None or params.prompt_logprobs is not None
+        texts = token_texts(self.engine.tokenizer) if scored else None
+        chunks = _chunks(stream, texts, prompt if params.prompt_logprobs is not None else None)
         functions = tool_functions(options.get(ModelOption.TOOLS))
         if forced_tools:
             names = [t["function"]["name"] for t in forced_tools]
@@ -157,6 +163,11 @@ class LocalBackend(AdapterMixin, Backend):
     ) -> tuple[list[int], str | None, Any]:
         """The prompt's token ids, the decoding grammar and, where the engine compiles
         grammars ahead, its matcher (runs in a worker thread)."""
+        if options.get(ModelOption.RAW_PROMPT):  # the messages' text as it is, without the template
+            text = "".join(str(m.get("content") or "") for m in messages)
+            prompt = self.engine.tokenizer.encode(text)
+            grammar = _grammar(format, options.get("response_format"), forced_tools)
+            return prompt, grammar, self.engine.compile_grammar(grammar) if grammar else None
         if format is not None:
             messages = _with_schema_hint(messages, format)
         prompt = self.engine.apply_chat_template(messages, tools=tools or None, **render)
@@ -175,16 +186,21 @@ class LocalBackend(AdapterMixin, Backend):
         return len(self.engine.tokenizer.encode(text, add_special_tokens=False))
 
 
-async def _chunks(stream: Any, texts: TokenTexts | None) -> AsyncIterator[GenerationChunk]:
+async def _chunks(
+    stream: Any, texts: TokenTexts | None, prompt: list[int] | None = None
+) -> AsyncIterator[GenerationChunk]:
     """Engine outputs as thunk chunks; closing this generator aborts the request.
 
-    With ``texts``, the engine's token log-probabilities come along, with token texts.
+    With ``texts``, the engine's token log-probabilities come along, with token texts;
+    with the ``prompt``'s ids too, its own log-probabilities (on the first chunk).
     """
     try:
         async for out in stream:
             chunk = GenerationChunk(text=out.text)
             if texts is not None and out.logprobs is not None:
                 chunk.logprobs = engine_logprobs(out.logprobs, texts)
+            if texts is not None and prompt and out.prompt_logprobs is not None:
+                chunk.prompt_logprobs = engine_prompt_logprobs(prompt, out.prompt_logprobs, texts)
             if out.finished:
                 chunk.finish_reason = "length" if out.finish_reason == "length" else "stop"
                 chunk.usage = {
@@ -354,6 +370,8 @@ def sampling_params(options: dict[str, Any]) -> Any:
         params.ignore_eos = True
     if options.get("logprobs"):
         params.logprobs = int(options.get("top_logprobs") or 0)
+    if options.get(ModelOption.PROMPT_LOGPROBS) is not None:  # the engine refuses bad ones
+        params.prompt_logprobs = options[ModelOption.PROMPT_LOGPROBS]
     bias = options.get("logit_bias")
     if bias:
         params.logit_bias = {int(k): float(v) for k, v in bias.items()}

@@ -78,6 +78,23 @@ def engine_logprobs(entries: list[Any], texts: TokenTexts) -> list[TokenLogprob]
     return result
 
 
+def engine_prompt_logprobs(
+    prompt_ids: list[int], entries: list[Any], texts: TokenTexts
+) -> list[TokenLogprob]:
+    """The local engine's prompt log-probabilities (None for the first token, then a
+    ``TokenLogprobs`` per token) as one :class:`TokenLogprob` per prompt token, each
+    with its id and rank; the first has no log-probability."""
+    first = texts.logprob(prompt_ids[0], 0.0)
+    first.logprob = None
+    result = [first, *engine_logprobs([e for e in entries if e is not None], texts)]
+    for item, token_id, entry in zip(result, prompt_ids, entries, strict=True):
+        item.token_id = token_id
+        item.rank = entry.rank if entry is not None else None
+        for top, (top_id, _) in zip(item.top_logprobs, entry.top if entry else [], strict=True):
+            top.token_id = top_id
+    return result
+
+
 def openai_logprobs(content: list[Any]) -> list[TokenLogprob]:
     """A chat completion chunk's ``logprobs.content`` as :class:`TokenLogprob` entries."""
     return [

@@ -33,6 +33,12 @@ class ModelOption:
     STOP_SEQUENCES = "@@@stop_sequences@@@"
     # The name of a LoRA/aLoRA adapter loaded in the local engine to generate with.
     ADAPTER = "@@@adapter@@@"
+    # The prompt's own token log-probabilities, k alternatives each (an int; the local
+    # backend reports them on ``ModelOutputThunk.prompt_logprobs``).
+    PROMPT_LOGPROBS = "prompt_logprobs"
+    # Send the messages' text as it is, without the chat template (the local backend):
+    # a text completion whose prompt is scored, so the scores are of that text.
+    RAW_PROMPT = "raw_prompt"
 
     @staticmethod
     def replace_keys(options: dict[str, Any], from_to: dict[str, str]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ class GenerationChunk:
     usage: dict[str, Any] | None = None
     tool_calls: list[ModelToolCall] | None = None
     logprobs: list[TokenLogprob] | None = None  # one per token of ``text``, when asked for
+    prompt_logprobs: list[TokenLogprob] | None = None  # the prompt's tokens, when asked for
 
 
 class GenerationInfo:
@@ -74,6 +75,10 @@ class ModelOutputThunk:
         # Per-token log-probabilities, when the request asked for them and the backend
         # can report them; grows as the generation streams in.
         self.logprobs: list[TokenLogprob] | None = None
+        # The prompt's own tokens and their log-probabilities (the first has none), when
+        # the request asked for them (model option ``prompt_logprobs``) and the backend
+        # can score a prompt; set once, with the first chunk.
+        self.prompt_logprobs: list[TokenLogprob] | None = None
         # Upstream's reasoning trace; reasoning is split off by the server here, so the
         # library leaves it None.
         self.thinking: str | None = None
@@ -180,6 +185,8 @@ class ModelOutputThunk:
             self.finish_reason = chunk.finish_reason
         if chunk.usage is not None:
             self.usage = chunk.usage
+        if chunk.prompt_logprobs is not None:
+            self.prompt_logprobs = chunk.prompt_logprobs
         if chunk.logprobs is not None:
             if self.logprobs is None:
                 self.logprobs = []
@@ -246,5 +253,6 @@ class ComputedModelOutputThunk(ModelOutputThunk):
             self.usage = source.usage
             self.finish_reason = source.finish_reason
             self.logprobs = source.logprobs
+            self.prompt_logprobs = source.prompt_logprobs
             return
         super().__init__(value, meta, parsed_repr, tool_calls)

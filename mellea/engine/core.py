@@ -301,6 +301,12 @@ class EngineCore:
             outputs += self.fail([inputs.sampled[row]], error)
         self.scheduler.finish_step(scheduled.batch)
         self.num_steps += 1
+        for seq, entries in inputs.prompt.per_sequence():
+            if not seq.is_finished:
+                seq.prompt_logprobs.extend(entries)
+        for seq in inputs.scored:  # max_tokens 0: the prompt is scored, nothing follows
+            if self.finish(seq, "length"):
+                outputs.append(StepOutput(seq, finish_reason="length"))
         for row, (seq, token) in enumerate(zip(inputs.sampled, sampled.tokens, strict=True)):
             if seq.is_finished:  # aborted while the model ran, or its sampling failed
                 continue

@@ -26,6 +26,7 @@ from mellea.engine.front import EngineFront
 from mellea.engine.gguf_file import transformers_weights
 from mellea.engine.loader import ResolvedModel
 from mellea.engine.lora import AdapterLoadError
+from mellea.engine.prompt_scores import score_rows
 from mellea.engine.sampler import build_sampling_batch, sample
 from mellea.engine.sequence import Sequence, SequenceStatus, StepOutput
 from mellea.engine.stats import StepTimes
@@ -46,10 +47,11 @@ class FallbackTurn:
 class FallbackToken:
     """What a turn's forward pass gave: the token, or the error that ended the request."""
 
-    token: int = 0
+    token: int | None = 0  # None: the prompt was scored alone (max_tokens 0)
     logprobs: TokenLogprobs | None = None
     cache: Any = None
     error: Exception | None = None
+    prompt_logprobs: list[TokenLogprobs] | None = None  # the prompt's, when asked for
 
 
 class FallbackCore:
@@ -193,12 +195,25 @@ class FallbackCore:
                     past_key_values=cache,
                     use_cache=True,
                 )
+                prompt = None
+                if cache is None and seq.params.prompt_logprobs is not None:
+                    prompt = self._score_prompt(seq, out.logits[0, :-1, : self.vocab_size])
+                if seq.max_tokens == 0:
+                    return FallbackToken(None, None, out.past_key_values, prompt_logprobs=prompt)
                 logits = out.logits[0, -1:, : self.vocab_size].float().cpu()
                 tokens, logprobs = sample(logits, build_sampling_batch([seq], logits.shape[-1]))
         except Exception as exc:  # fail this request alone
             return FallbackToken(error=exc)
         entry = logprobs[0] if logprobs is not None else None
-        return FallbackToken(int(tokens[0]), entry, out.past_key_values)
+        return FallbackToken(int(tokens[0]), entry, out.past_key_values, prompt_logprobs=prompt)
+
+    @staticmethod
+    def _score_prompt(seq: Sequence, logits: torch.Tensor) -> list[TokenLogprobs]:
+        """The prompt's tokens after the first, scored from the logits before each."""
+        k = seq.params.prompt_logprobs or 0
+        targets = seq.token_ids[1 : seq.prompt_len]
+        rows = logits[: len(targets)].float().cpu()
+        return score_rows(rows, targets, [k] * len(targets), lambda chunk, _ids: chunk)
 
     def update(self, scheduled: FallbackTurn, sampled: FallbackToken) -> list[StepOutput]:
         """Append the sampled token (unless the request ended meanwhile)."""
@@ -208,6 +223,11 @@ class FallbackCore:
         if sampled.error is not None:
             return self._fail(seq, sampled.error)
         self.num_steps += 1
+        if sampled.prompt_logprobs is not None:
+            seq.prompt_logprobs.extend(sampled.prompt_logprobs)
+        if sampled.token is None:  # max_tokens 0: the prompt is scored, nothing follows
+            self.finish(seq, "length")
+            return [StepOutput(seq, finish_reason="length")]
         try:
             reason = seq.append(sampled.token)
         except Exception as exc:  # e.g. its grammar matcher broke

@@ -135,6 +135,7 @@ def _merge(a: RequestOutput, b: RequestOutput) -> RequestOutput:
         text=a.text + b.text,
         token_ids=a.token_ids + b.token_ids,
         logprobs=logprobs,
+        prompt_logprobs=a.prompt_logprobs or b.prompt_logprobs,  # only a first one has them
     )
 
 
@@ -406,10 +407,13 @@ class EngineFront(Generic[CoreT]):
     ) -> tuple[RequestStream | None, RequestOutput | BaseException | None, FinishReason | None]:
         """(the stream, what to send it, why the front ends the request if it does)."""
         stream = req.stream()
-        if out.error is not None or out.token is None:  # the core failed and ended it
+        if out.error is not None:  # the core failed and ended it
             return stream, RuntimeError(f"engine step failed: {out.error!r}"), None
         try:
-            delta = req.builder.add(out.token, out.logprobs, out.finish_reason)
+            if out.token is None:  # a prompt scored alone (max_tokens 0): the core ended it
+                delta = req.builder.final(out.finish_reason or "length")
+            else:
+                delta = req.builder.add(out.token, out.logprobs, out.finish_reason)
         except Exception as exc:  # this sequence's text or stops broke: fail it alone
             log.exception("output processing failed for request %s", req.seq.request_id)
             return stream, RuntimeError(f"engine step failed: {exc!r}"), "abort"

@@ -28,6 +28,7 @@ from mellea.engine.cpu_attention import (
     cpu_decode_attention,
     cpu_paged_prefill_attention,
 )
+from mellea.engine.formats.head import RefinedHead
 from mellea.engine.formats.linear import Int4Linear, Int8Linear, StackedLinear
 from mellea.engine.rope import interleaved_order, rope_tables, rotations
 from mellea.engine.switches import read_switches
@@ -583,10 +584,17 @@ class DecoderModel(nn.Module):
             self.path = ComputePath.CPP_FUSED
         return self.path
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[N, hidden] -> fp32 logits [N, vocab] (scaled and soft-capped as configured)."""
+    def compute_logits(
+        self, hidden: torch.Tensor, exact: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """[N, hidden] -> fp32 logits [N, vocab] (scaled and soft-capped as configured).
+
+        ``exact`` [N, m]: token ids whose logits must be fp32-exact even where the head
+        scores in a compact format (:class:`RefinedHead` recomputes them too)."""
         if self.lm_head is None:
             logits = F.linear(hidden, self.embed_tokens.weight).float()
+        elif exact is not None and isinstance(self.lm_head, RefinedHead):
+            logits = self.lm_head(hidden, exact)
         else:  # its own layer, or one convert_weights put over the tied table
             logits = self.lm_head(hidden).float()
         if self.cfg.logits_multiplier != 1.0:

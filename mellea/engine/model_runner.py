@@ -6,7 +6,7 @@ import contextlib
 import math
 import mmap
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -18,6 +18,7 @@ from mellea.engine.formats.head import HeadScorer
 from mellea.engine.heap import trim_malloc, tune_malloc
 from mellea.engine.lora import AdapterSet, LoraStep
 from mellea.engine.model import AttentionMetadata, build_model
+from mellea.engine.prompt_scores import PromptRows, score_rows
 from mellea.engine.sampler import SamplingBatch, build_sampling_batch, sample
 from mellea.engine.scheduler import ScheduledBatch
 from mellea.engine.sequence import Sequence
@@ -35,6 +36,8 @@ class StepInputs:
     sampled: list[Sequence]  # one per sampled row
     sampling: SamplingBatch
     lora: LoraStep | None = None  # the adapters' rows; None when every token is the base's
+    prompt: PromptRows = field(default_factory=PromptRows)  # prompt tokens to score
+    scored: list[Sequence] = field(default_factory=list)  # prompts scored, nothing to sample
 
 
 def _table(rows: list[list[int]], device: torch.device) -> torch.Tensor:
@@ -141,14 +144,23 @@ class ModelRunner:
         slots: list[int] = []
         sampled: list[Sequence] = []
         rows: list[int] = []
+        prompt, scored = PromptRows(), []
+
+        def ends_prompt(seq: Sequence) -> None:  # its last row samples, or it was scored only
+            if seq.max_tokens == 0:
+                scored.append(seq)
+            else:
+                rows.append(len(ids) - 1)
+                sampled.append(seq)
+
         for seq in batch.decodes:
             p = seq.num_computed
             ids.append(seq.token_ids[p])
             positions.append(p)
             slots.append(seq.block_table[p // bs] * bs + p % bs)
+            prompt.add(seq, len(ids) - 1, p, 1)
             if p + 1 == seq.num_tokens:
-                rows.append(len(ids) - 1)
-                sampled.append(seq)
+                ends_prompt(seq)
         meta = AttentionMetadata(slot_mapping=torch.empty(0), num_decode=len(batch.decodes))
         dev = self.device
         if batch.decodes:
@@ -168,6 +180,7 @@ class ModelRunner:
             cu, lens, q_lens = [0], [], []
             for seq, n in batch.prefills:
                 start, table = seq.num_computed, seq.block_table
+                prompt.add(seq, len(ids), start, n)
                 ids.extend(seq.token_ids[start : start + n])
                 positions.extend(range(start, start + n))
                 slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
@@ -176,8 +189,7 @@ class ModelRunner:
                 q_lens.append(n)
                 meta.prefill_has_context |= start > 0
                 if start + n == seq.num_tokens:
-                    rows.append(len(ids) - 1)
-                    sampled.append(seq)
+                    ends_prompt(seq)
             meta.prefill_cu_seqlens = torch.tensor(cu, dtype=torch.int32, device=dev)
             meta.prefill_context_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
             meta.prefill_block_tables = _table([s.block_table for s, _ in batch.prefills], dev)
@@ -192,6 +204,8 @@ class ModelRunner:
             sampled=sampled,
             sampling=build_sampling_batch(sampled, self.model_cfg.vocab_size),
             lora=self._lora_step(batch),
+            prompt=prompt,
+            scored=scored,
         )
 
     def _lora_step(self, batch: ScheduledBatch) -> LoraStep | None:
@@ -215,7 +229,8 @@ class ModelRunner:
     def execute(self, inputs: StepInputs) -> tuple[list[int], list[TokenLogprobs | None] | None]:
         """Run the forward pass; return the next token of each sampled sequence.
 
-        Also returns their logprobs (see :func:`sample`): None when none asked.
+        Also returns their logprobs (see :func:`sample`): None when none asked. The
+        scores of prompt tokens some request asked for go into ``inputs.prompt``.
         """
         if inputs.lora is not None:
             self.adapters.install(self.model)
@@ -226,6 +241,11 @@ class ModelRunner:
                 hidden = self.model(inputs.input_ids, inputs.positions, self.kv_caches, inputs.meta)
             finally:
                 self.adapters.current = None
+            if inputs.prompt:
+                prompt = inputs.prompt
+                prompt.scores = score_rows(
+                    hidden[prompt.rows], prompt.targets, prompt.ks, self.model.compute_logits
+                )
             if not inputs.sampled:
                 return [], None
             if inputs.logits_indices is not None:
@@ -243,6 +263,7 @@ class ModelRunner:
             self.graphs is None
             or not inputs.sampled
             or inputs.logits_indices is not None
+            or inputs.prompt
             or meta.num_decode != inputs.input_ids.shape[0]
         ):
             return None

@@ -31,6 +31,7 @@ class DeltaBuilder:
         self.seq = seq
         self.stops: StopChecker = seq.stop_checker
         self.detokenizer = IncrementalDetokenizer(tokenizer, seq.token_ids[: seq.prompt_len])
+        self.prompt_sent = False  # whether the prompt's log-probabilities went out
 
     def add(
         self, token: int, logprobs: TokenLogprobs | None, reason: FinishReason | None
@@ -57,7 +58,8 @@ class DeltaBuilder:
         return self._output(text, [token], [logprobs] if logprobs is not None else [], reason)
 
     def final(self, reason: FinishReason) -> RequestOutput:
-        """The last, empty delta of a request ended from outside (an abort)."""
+        """The last, empty delta of a request ended from outside (an abort), or of one
+        that only scored its prompt (``max_tokens=0``)."""
         return self._output("", [], [], reason)
 
     def _output(
@@ -68,6 +70,13 @@ class DeltaBuilder:
         reason: FinishReason | None,
     ) -> RequestOutput:
         seq = self.seq
+        prompt = None
+        if (
+            seq.params.prompt_logprobs is not None
+            and not self.prompt_sent
+            and not seq.scores_prompt
+        ):
+            prompt, self.prompt_sent = list(seq.prompt_logprobs), True
         return RequestOutput(
             request_id=seq.request_id,
             text=text,
@@ -78,6 +87,7 @@ class DeltaBuilder:
             finished=reason is not None,
             finish_reason=reason,
             logprobs=logprobs if seq.params.logprobs is not None else None,
+            prompt_logprobs=prompt,
         )
 
 

@@ -9,7 +9,8 @@ Policy, every step, within ``max_num_batched_tokens``:
    if that is the sequence itself, it waits.
 2. Then waiting sequences, first come first served, as long as the token budget,
    ``max_num_seqs`` and the free blocks allow (a small watermark of blocks is kept
-   for the decodes of the running ones). A sequence's cached prefix costs nothing.
+   for the decodes of the running ones). A sequence's cached prefix costs nothing
+   (a prompt whose log-probabilities are asked for is computed whole instead).
 
 So new requests join between decode steps, and no request waits for another to end.
 """
@@ -93,7 +94,9 @@ class Scheduler:
     def _admit(self, batch: ScheduledBatch, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            hits = self.blocks.match_prefix(seq)
+            # A prompt still to be scored reads no cached block: its positions' logits
+            # are needed, and a cached block has none (prompt_scores).
+            hits = [] if seq.scores_prompt else self.blocks.match_prefix(seq)
             cached = len(hits) * self.blocks.block_size
             n = min(seq.num_tokens - cached, budget)
             needed = self.blocks.blocks_needed(seq, cached + n, hits)

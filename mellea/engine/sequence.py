@@ -55,6 +55,16 @@ class Sequence:
         self.stop_checker: StopChecker | None = None
         self.constraint: Constraint | None = None  # the grammar the output must follow
         self.adapter: AdapterUse | None = None  # the LoRA it runs with, from where
+        # The prompt tokens' log-probabilities scored so far (params.prompt_logprobs):
+        # None for the first token, then one per prompt token, in order.
+        self.prompt_logprobs: list[TokenLogprobs | None] = [None]
+
+    @property
+    def scores_prompt(self) -> bool:
+        """Whether some of the prompt's log-probabilities are still to be computed."""
+        return (
+            self.params.prompt_logprobs is not None and len(self.prompt_logprobs) < self.prompt_len
+        )
 
     @property
     def num_tokens(self) -> int:
@@ -107,7 +117,7 @@ class StepOutput:
     """What one step did to one request: a new token, or an error that ended it."""
 
     seq: Sequence
-    token: int | None = None
+    token: int | None = None  # None with no error: the prompt was scored (max_tokens 0)
     logprobs: TokenLogprobs | None = None
     finish_reason: FinishReason | None = None  # set when this step ended the sequence
     error: Exception | None = None  # the sequence failed (and was aborted)

@@ -45,6 +45,12 @@ class SamplingParams:
     # log-softmax of the model's raw next-token logits, taken before logit bias,
     # penalties, temperature, top-k/top-p/min-p and the grammar mask.
     logprobs: int | None = None
+    # The prompt's own log-probabilities: None for none, k in 0..20 for each prompt
+    # token after the first (its logprob given the tokens before it) plus the k most
+    # likely tokens there, the same fp32 values as ``logprobs``, computed in the prompt
+    # pass. Such a request reads no cached prefix (every position is computed), and
+    # may set ``max_tokens=0`` to score its prompt without generating.
+    prompt_logprobs: int | None = None
     # Partitions the prefix cache: only requests with the same salt share cached blocks
     # (the server salts each API key's requests, so no tenant can probe another's prompts).
     cache_salt: str | None = None
@@ -60,6 +66,7 @@ class TokenLogprobs:
     token_id: int  # the sampled token
     logprob: float  # its log-probability
     top: list[tuple[int, float]]  # the k most likely (token id, logprob), best first
+    rank: int | None = None  # a prompt token's place among all tokens there (1: the best)
 
 
 @dataclass
@@ -80,3 +87,6 @@ class RequestOutput:
     # When the request asked for logprobs: one entry per token of ``token_ids``, in
     # order, except a stop token (EOS or ``stop_token_ids``) that ends the request.
     logprobs: list[TokenLogprobs] | None = None
+    # When the request asked for prompt_logprobs, on its first output only: one entry per
+    # prompt token, None for the first (nothing comes before it).
+    prompt_logprobs: list[TokenLogprobs | None] | None = None

@@ -85,11 +85,14 @@ def check_params(p: SamplingParams, vocab: int) -> None:
                 "logit_bias",
                 f"values must be numbers in [{-MAX_LOGIT_ADJUSTMENT:g}, {MAX_LOGIT_ADJUSTMENT:g}]",
             )
-    k = p.logprobs
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
-        raise bad("logprobs", "must be None or an integer in [0, 20]")
-    if p.max_tokens is not None and (not isinstance(p.max_tokens, int) or p.max_tokens < 1):
-        raise bad("max_tokens", "must be an integer >= 1")
+    for field in ("logprobs", "prompt_logprobs"):
+        k = getattr(p, field)
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 20):
+            raise bad(field, "must be None or an integer in [0, 20]")
+    if p.max_tokens is not None and (not isinstance(p.max_tokens, int) or p.max_tokens < 0):
+        raise bad("max_tokens", "must be an integer >= 1 (0 with prompt_logprobs)")
+    if p.max_tokens == 0 and p.prompt_logprobs is None:  # 0 scores a prompt, nothing else
+        raise bad("max_tokens", "must be >= 1 (0 only with prompt_logprobs: a prompt scored)")
     if p.seed is not None and (not isinstance(p.seed, int) or not -(2**63) <= p.seed < 2**64):
         raise bad("seed", "must be a 64-bit integer")
 

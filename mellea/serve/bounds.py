@@ -25,6 +25,7 @@ MAX_STOP_CHARS = 256  # characters of one stop string
 MAX_LOGIT_BIAS = 300  # entries of ``logit_bias``, as OpenAI
 LOGIT_BIAS_RANGE = 100.0  # each bias lies in [-100, 100], as OpenAI
 MAX_TOP_LOGPROBS = 20  # chat ``top_logprobs``, Responses ``top_logprobs``
+MAX_PROMPT_LOGPROBS = 20  # ``/v1/completions`` ``prompt_logprobs`` (vLLM's default cap)
 MAX_TOOLS = 128  # entries of ``tools``, as OpenAI
 MAX_SCHEMA_DEPTH = 48  # nesting levels of one tool or output JSON schema
 MAX_SCHEMA_VALUES = 10_000  # JSON values in one tool or output JSON schema

@@ -1,7 +1,8 @@
 """What one choice of a reply is made of, in order: the events :class:`ChoiceReader` yields.
 
 A choice is zero or more :class:`ProgramEvent` (a live program's trace events), one
-:class:`Role` (the program returned its thunk), text, reasoning and tool-call deltas as
+:class:`Role` (the program returned its thunk), one :class:`PromptScores` before the
+first text when the reply scores its prompt, text, reasoning and tool-call deltas as
 the thunk's text arrives, and one last :class:`Finish` or :class:`Failed`. Every endpoint
 renders these, streamed or whole, so both forms of a reply come from the same events.
 
@@ -32,6 +33,15 @@ class ProgramEvent:
 @dataclass(frozen=True)
 class Role:
     """The program returned: the assistant's reply starts."""
+
+
+@dataclass(frozen=True)
+class PromptScores:
+    """The prompt's own tokens and log-probabilities (the first token has none), when the
+    reply asked for them; empty when the program's reply came from no model call that
+    scored a prompt."""
+
+    entries: Logprobs = ()
 
 
 @dataclass(frozen=True)
@@ -86,4 +96,13 @@ class Failed:
     error: Exception
 
 
-ChoiceEvent = ProgramEvent | Role | TextDelta | ReasoningDelta | ToolCallEvent | Finish | Failed
+ChoiceEvent = (
+    ProgramEvent
+    | Role
+    | PromptScores
+    | TextDelta
+    | ReasoningDelta
+    | ToolCallEvent
+    | Finish
+    | Failed
+)

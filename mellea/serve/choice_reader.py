@@ -22,6 +22,7 @@ from mellea.serve.choice_events import (
     Finish,
     Logprobs,
     ProgramEvent,
+    PromptScores,
     ReasoningDelta,
     Role,
     TextDelta,
@@ -98,7 +99,8 @@ class ChoiceReader:
     the text is split into reasoning, content and tool calls. Every wait ends at the
     ``deadline`` (a ``time.monotonic()`` value) or when ``cancel`` fires. With the
     program's ``trace``, a live trace's events come first and the finish carries the
-    program's report.
+    program's report. With ``prompt_scores``, the thunk's prompt log-probabilities come
+    as one :class:`PromptScores` before the first text (or the finish).
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class ChoiceReader:
         trace: ProgramTrace | None = None,
         cancel: Cancellation | None = None,
         observer: StreamObserver | None = None,
+        prompt_scores: bool = False,
     ) -> None:
         """A reader of ``source``; nothing happens until :meth:`events` is iterated."""
         self.source = source
@@ -118,6 +121,7 @@ class ChoiceReader:
         self.trace = trace
         self.cancel = cancel
         self.observer = observer
+        self.prompt_scores = prompt_scores  # still to be sent, when true
         self.thunk: ModelOutputThunk | None = None
         self._logprobs_sent = 0
         self._calls = 0
@@ -151,6 +155,9 @@ class ChoiceReader:
                 if self.live:  # events of a program's validated stream, read with its text
                     for event in self.trace.queued_events():  # type: ignore[union-attr]
                         yield ProgramEvent(event)
+                if self.prompt_scores and (text or thunk.is_computed()):
+                    self.prompt_scores = False
+                    yield PromptScores(tuple(thunk.prompt_logprobs or ()))
                 if text:
                     if self.observer is not None:
                         self.observer.on_content()

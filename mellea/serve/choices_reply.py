@@ -25,6 +25,7 @@ class ChoicesReply(Reply[T]):
 
     n: int = 1  # choices per prompt: a prompt's tokens count once in the usage
     parsers: Sequence[ReplyParser | None] | None = None
+    prompt_scores: bool = False  # each choice's prompt log-probabilities are rendered
 
     def __init__(self, context: ReplyContext) -> None:
         """The reply for ``context``."""
@@ -53,7 +54,7 @@ class ChoicesReply(Reply[T]):
     async def whole(self, choices: Choices) -> T:
         """The non-streamed reply, every choice folded from its events."""
         tally = Tally(len(choices.tasks), self.n)
-        readers = choices.readers(parsers=self.parsers)
+        readers = choices.readers(parsers=self.parsers, prompt_scores=self.prompt_scores)
         whole = [
             await self.whole_choice(reader.events(), index, tally)
             for index, reader in enumerate(readers)
@@ -75,6 +76,8 @@ class ChoicesReply(Reply[T]):
 
         streams = [
             self.chunks(reader.events(), index, tally)
-            for index, reader in enumerate(choices.readers(sources, self.parsers))
+            for index, reader in enumerate(
+                choices.readers(sources, self.parsers, prompt_scores=self.prompt_scores)
+            )
         ]
         return framed(streams, self.frame, ending, self.context.id)

@@ -17,6 +17,7 @@ from mellea.serve.choice_events import (
     ChoiceEvent,
     Failed,
     Finish,
+    PromptScores,
     ReasoningDelta,
     TextDelta,
     ToolCallEvent,
@@ -50,6 +51,7 @@ class WholeChoice:
     reasoning: str = ""
     calls: list[ToolCallEvent] = field(default_factory=list)
     logprobs: list[Any] = field(default_factory=list)
+    prompt: tuple[Any, ...] | None = None  # the prompt's scores, when the reply asked
     finish: Finish | None = None
 
     def add(self, event: ChoiceEvent) -> Iterable[None]:
@@ -63,6 +65,8 @@ class WholeChoice:
             self.calls.append(event)  # type: ignore[arg-type]
         elif kind is Finish:
             self.finish = event  # type: ignore[assignment]
+        elif kind is PromptScores:
+            self.prompt = event.entries  # type: ignore[union-attr]
         logprobs = getattr(event, "logprobs", ())
         if logprobs:
             self.logprobs += logprobs

@@ -107,9 +107,11 @@ class Choices:
         sources: Sequence[ThunkSource] | None = None,
         parsers: Sequence[ReplyParser | None] | None = None,
         cancel: Cancellation | None = None,
+        prompt_scores: bool = False,
     ) -> list[ChoiceReader]:
         """One reader per choice, of ``sources`` (by default the program calls), each with
-        its parser, its trace, the deadline and the observer."""
+        its parser, its trace, the deadline and the observer (and ``prompt_scores``: see
+        :class:`ChoiceReader`)."""
         sources = self.tasks if sources is None else sources
         return [
             ChoiceReader(
@@ -119,6 +121,7 @@ class Choices:
                 trace=self.traces[index] if self.traces else None,
                 cancel=cancel,
                 observer=self.observer,
+                prompt_scores=prompt_scores,
             )
             for index, source in enumerate(sources)
         ]

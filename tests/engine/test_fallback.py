@@ -143,6 +143,20 @@ async def test_logprobs_match_transformers(fallback, hybrid):
         assert [v for _, v in entry.top] == pytest.approx(values.tolist(), abs=1e-3)
 
 
+async def test_prompt_logprobs_match_transformers_and_max_tokens_zero_scores_only(fallback, hybrid):
+    prompt = PROMPTS[1]
+    params = SamplingParams(max_tokens=0, prompt_logprobs=2)
+    tokens, _, last = await collect(fallback.add_request(prompt, params))
+    assert tokens == [] and last.finish_reason == "length"
+    entries = last.prompt_logprobs
+    assert entries[0] is None and len(entries) == len(prompt)
+    reference = hf_logprobs(hybrid[1], prompt[:1], prompt[1:])
+    for entry, token, row in zip(entries[1:], prompt[1:], reference, strict=True):
+        assert entry.token_id == token
+        assert entry.logprob == pytest.approx(float(row[token]), abs=1e-4)
+        assert [t for t, _ in entry.top] == row.topk(2).indices.tolist()
+
+
 async def test_sampling_options_are_honoured(fallback):
     prompt = PROMPTS[1]
     seeded = SamplingParams(max_tokens=10, temperature=1.0, seed=7, ignore_eos=True)

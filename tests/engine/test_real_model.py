@@ -64,3 +64,15 @@ async def test_logprobs_equal_hf(real_engine, real_hf_model):
         assert entry.logprob == pytest.approx(row[token].item(), abs=1e-4)
         assert [t for t, _ in entry.top] == row.topk(5).indices.tolist()
         assert [v for _, v in entry.top] == pytest.approx(row.topk(5).values.tolist(), abs=1e-4)
+
+
+async def test_prompt_logprobs_equal_hf(real_engine, real_hf_model):
+    prompt = real_engine.apply_chat_template([{"role": "user", "content": QUESTIONS[1]}])
+    params = SamplingParams(max_tokens=0, prompt_logprobs=3)
+    (out,) = [out async for out in real_engine.add_request(prompt, params)]
+    reference = hf_logprobs(real_hf_model, prompt[:1], prompt[1:])
+    assert out.prompt_logprobs[0] is None and len(out.prompt_logprobs) == len(prompt)
+    for entry, token, row in zip(out.prompt_logprobs[1:], prompt[1:], reference, strict=True):
+        assert entry.token_id == token
+        assert entry.logprob == pytest.approx(row[token].item(), abs=1e-4)
+        assert [t for t, _ in entry.top] == row.topk(3).indices.tolist()

@@ -21,7 +21,8 @@ async def _words(text: str, limit: int | None, logprobs: bool = False):
         entry = TokenLogprob(piece, -0.25 * i, list(piece.encode()), [TokenLogprob("x", -9.0)])
         yield GenerationChunk(text=piece, logprobs=[entry] if logprobs else None)
     usage = {"prompt_tokens": 7, "completion_tokens": len(words), "total_tokens": 7 + len(words)}
-    if words[0] == "<think>" and "</think>" in words:  # words up to </think> are reasoning
+    # Words up to </think> are reasoning (max_tokens 0 leaves no word at all).
+    if words and words[0] == "<think>" and "</think>" in words:
         usage["completion_tokens_details"] = {"reasoning_tokens": words.index("</think>") + 1}
     yield GenerationChunk(finish_reason="length" if cut else "stop", usage=usage)
 

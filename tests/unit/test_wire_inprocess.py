@@ -487,7 +487,6 @@ async def test_completions_logprobs_streamed(echo):
         ({"prompt": "x", "best_of": 3}, "best_of"),
         ({"prompt": "x", "n": 129}, "n"),
         ({"prompt": "x", "logprobs": 6}, "logprobs"),
-        ({"prompt": "x", "logprobs": 1, "echo": True}, "logprobs"),
         ({"prompt": [1, 2, 3]}, "prompt"),
         ({"prompt": []}, "prompt"),
         ({}, "prompt"),

@@ -45,14 +45,17 @@ class RefinedHead(nn.Module):
             self.exact = None
             self.table = exact
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[N, hidden] -> fp32 logits [N, vocab]."""
+    def forward(self, hidden: torch.Tensor, also: torch.Tensor | None = None) -> torch.Tensor:
+        """[N, hidden] -> fp32 logits [N, vocab]; ``also`` [N, m]: more columns of each
+        row to recompute in fp32 (a scored prompt's own tokens)."""
         logits = self.inner(hidden).float()
         k = min(HEAD_REFINE, logits.shape[-1])
         if logits.device.type == "cpu" and cpu_kernels.available():
             top = cpu_kernels.top_k(logits, k)[1]
         else:
             top = logits.topk(k, dim=-1).indices
+        if also is not None:  # a column twice gets the same value twice
+            top = torch.cat([top, also.to(top.dtype)], dim=1)
         rows = self.exact[top] if self.table is None else self.table.rows(top)
         exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1)
         if self.inner.bias is not None:

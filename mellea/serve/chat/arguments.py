@@ -55,10 +55,22 @@ def serve_arguments(request: ChatCompletionRequest) -> ServeArguments:
     )
 
 
+# Fields of a text completion that ask for the prompt back or its log-probabilities.
+COMPLETIONS_ONLY = ("echo", "prompt_logprobs")
+
+
 def reject_unsupported(request: ChatCompletionRequest) -> None:
     """400 for chat values the server cannot honour, or over the bounds of ``mellea.serve.bounds``."""
     check_requirements(request.requirements)
     check_metadata(request.metadata)
+    for name in COMPLETIONS_ONLY:
+        if name in (request.model_extra or {}):
+            raise OpenAIError(
+                400,
+                f"{name} is a /v1/completions field: a chat reply neither echoes nor scores "
+                "its prompt; send the text to /v1/completions",
+                param=name,
+            )
     if request.tools:
         check_tool_count(len(request.tools))
         for i, tool in enumerate(request.tools):

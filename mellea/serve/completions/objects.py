@@ -21,6 +21,8 @@ class CompletionChoice(WireModel):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: Literal["stop", "length", "content_filter"] | None = None
+    # vLLM's: the prompt's own log-probabilities, when ``prompt_logprobs`` was sent.
+    prompt_logprobs: list[dict[str, dict[str, Any]] | None] | None = None
     mellea: dict[str, Any] | None = None  # the program's report (mellea.serve.program_report)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mellea.serve.choice_events import ChoiceEvent
@@ -16,7 +16,7 @@ from mellea.serve.completions.objects import (
     CompletionWithUsage,
     new_text_completion_id,
 )
-from mellea.serve.completions.render import TextChunk, TextChunks, text_choice
+from mellea.serve.completions.render import PromptScoring, TextChunk, TextChunks, text_choice
 from mellea.serve.completions.request import CompletionRequest
 from mellea.serve.frames import Frame
 from mellea.serve.protocol import Usage
@@ -28,11 +28,13 @@ from mellea.serve.usage import Tally
 @dataclass(frozen=True)
 class TextContext(ReplyContext):
     """A completions request's side of its reply: the ``prompts`` its choices complete
-    (each ``n`` times in a row), and whether each choice starts with its prompt (``echo``)."""
+    (each ``n`` times in a row), whether each choice starts with its prompt (``echo``),
+    and how its prompt's scores are shown (:class:`PromptScoring`)."""
 
     prompts: tuple[str, ...] = ()
     n: int = 1
     echo: bool = False
+    scoring: PromptScoring = field(default_factory=PromptScoring)
 
     @classmethod
     def of(cls, body: CompletionRequest, prompts: list[str], n: int, model: str) -> TextContext:
@@ -48,6 +50,9 @@ class TextContext(ReplyContext):
             prompts=tuple(prompts),
             n=n,
             echo=bool(body.echo),
+            scoring=PromptScoring(
+                echoed=body.logprobs if body.echo else None, vllm=body.prompt_logprobs
+            ),
         )
 
 
@@ -60,6 +65,7 @@ class TextReply(ChoicesReply[Completion]):
         """The reply for ``context``."""
         super().__init__(context)
         self.n = context.n
+        self.prompt_scores = context.scoring.asked
 
     async def whole_choice(
         self, events: AsyncIterator[ChoiceEvent], index: int, tally: Tally
@@ -68,7 +74,13 @@ class TextReply(ChoicesReply[Completion]):
         context = self.context
         prompt = context.prompts[index]
         return await text_choice(
-            events, index, prompt, tally, echo=context.echo, logprobs=context.logprobs
+            events,
+            index,
+            prompt,
+            tally,
+            echo=context.echo,
+            logprobs=context.logprobs,
+            scoring=context.scoring,
         )
 
     def chunks(
@@ -83,6 +95,7 @@ class TextReply(ChoicesReply[Completion]):
             echo=context.echo,
             logprobs=context.logprobs,
             live=context.live,
+            scoring=context.scoring,
         )
         return render_events(events, renderer.render)
 

@@ -6,7 +6,8 @@ from typing import Any
 
 from pydantic import Field
 
-from mellea.serve.bounds import MAX_CHOICES, check_generations
+from mellea.core.model_options import ModelOption
+from mellea.serve.bounds import MAX_CHOICES, MAX_PROMPT_LOGPROBS, check_generations
 from mellea.serve.errors import OpenAIError
 from mellea.serve.options import LOGPROBS, TOP_LOGPROBS, sampling_options
 from mellea.serve.protocol import MAX_INT32, RequestBody, StreamOptions
@@ -17,7 +18,7 @@ class CompletionRequest(RequestBody):
 
     prompt: str | list[str] | list[int] | list[list[int]]
     model: str | None = None
-    max_tokens: int | None = Field(default=None, ge=1, le=MAX_INT32)
+    max_tokens: int | None = Field(default=None, ge=0, le=MAX_INT32)  # 0: score the prompt
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
     n: int | None = Field(default=None, ge=1, le=MAX_CHOICES)
@@ -27,6 +28,8 @@ class CompletionRequest(RequestBody):
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
     echo: bool | None = None
     logprobs: int | None = Field(default=None, ge=0, le=5)
+    # vLLM's: the prompt's own log-probabilities, this many alternatives per token.
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_PROMPT_LOGPROBS)
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
@@ -52,16 +55,23 @@ class CompletionRequest(RequestBody):
         """400 for completion fields the server cannot honour."""
         if self.suffix is not None:
             raise OpenAIError(400, "suffix is not supported by this server", param="suffix")
-        if self.echo and self.logprobs is not None:
+        if self.max_tokens == 0 and self.prompt_alternatives() is None:
             raise OpenAIError(
                 400,
-                "echo with logprobs needs the prompt's log-probabilities, "
-                "which this server does not compute",
-                param="logprobs",
+                "max_tokens 0 scores the prompt without generating: send it with echo "
+                "and logprobs, or with prompt_logprobs",
+                param="max_tokens",
             )
         if self.best_of is not None and self.best_of > 1:
             raise OpenAIError(400, "best_of > 1 is not supported", param="best_of")
         check_generations(self.prompt_count(), self.n or 1)
+
+    def prompt_alternatives(self) -> int | None:
+        """How many alternatives each prompt token's scores need (``echo`` with
+        ``logprobs``, or ``prompt_logprobs``); None when the prompt is not scored."""
+        echoed = self.logprobs if self.echo else None
+        given = [k for k in (echoed, self.prompt_logprobs) if k is not None]
+        return max(given) if given else None
 
     def prompt_count(self) -> int:
         """How many prompts the request holds (a list of token ids is one)."""
@@ -81,4 +91,8 @@ def completion_options(request: CompletionRequest) -> dict[str, Any]:
     if request.logprobs is not None:
         options[LOGPROBS] = True
         options[TOP_LOGPROBS] = request.logprobs
+    alternatives = request.prompt_alternatives()
+    if alternatives is not None:  # the prompt's own text is scored: no chat template
+        options[ModelOption.PROMPT_LOGPROBS] = alternatives
+        options[ModelOption.RAW_PROMPT] = True
     return options
