@@ -71,9 +71,18 @@ def gpu_table(section: dict) -> list[str]:
     return lines
 
 
+def perplexity_table(section: dict) -> list[str]:
+    """Markdown rows: our perplexity per format against llama-perplexity's."""
+    theirs = section["llama"]
+    lines = ["| `--dtype` | ours | llama.cpp | ours / llama.cpp |", "| --- | ---: | ---: | ---: |"]
+    for r in section["rows"]:
+        lines.append(f"| {r['dtype']} | {r['ppl']:.4f} | {theirs:.4f} | {r['ppl'] / theirs:.4f} |")
+    return lines
+
+
 def render(data: dict) -> str:
     """The README block, from the summary data."""
-    tp, st, gpu = data["throughput"], data["start"], data["gpu"]
+    tp, st, gpu, ppl = data["throughput"], data["start"], data["gpu"], data["perplexity"]
     paths = "\n".join(f"- **{name}**: {what}." for name, what in data["paths"].items())
     parts = [
         START,
@@ -84,6 +93,9 @@ def render(data: dict) -> str:
         "![Ours against llama-server](summary.png)\n",
         f"### {st['title']}\n\nReady: `m serve` started to `/ready`. Bound: 1.3x the file plus the KV budget.\n",
         *start_table(st),
+        "",
+        f"### {ppl['title']}\n\n{ppl['file']}; {ppl['text']}; {ppl['date']}, `{ppl['command']}`.\n",
+        *perplexity_table(ppl),
         "",
         f"### {gpu['title']}\n\n{gpu['device']}, {gpu['date']}, `{gpu['command']}`.\n",
         *gpu_table(gpu),
