@@ -81,11 +81,11 @@ def make_engine(tiny_model_dir: Path):
 
 @pytest.fixture(scope="session")
 def real_engine():
-    """One engine on the real default model, shared by the ``model`` tests (fp32: the
-    exact path, which the transformers-equality tests need)."""
+    """One engine on the real default model, shared by the ``model`` tests (fp32 weights
+    and KV cache: the exact path, which the transformers-equality tests need)."""
     from mellea.engine.engine import Engine
 
-    engine = Engine(dtype="float32")
+    engine = Engine(dtype="float32", kv_cache_dtype="float32")
     yield engine
     engine.shutdown()
 
