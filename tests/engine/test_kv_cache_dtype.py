@@ -191,3 +191,32 @@ def test_serve_settings_take_the_engines_kv_dtypes_and_refuse_others(
             runtime.engine(str(tiny_model_dir))
     assert built[0]["kv_cache_dtype"] == "float32"
     assert "kv_cache_dtype" not in built[1]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("weights", ["float32", "int4"])
+def test_float16_kv_passes_the_quality_bar_on_the_default_model(real_engine, weights: str):
+    """The default model with a float16 cache against the same weights with a float32
+    one, over the 12 quality prompts x 32 tokens, teacher-forced through the cache (a
+    fresh prefill never reads it): mean logprob of the float32 cache's greedy text within
+    the formats' 2 % and identical greedy text on at least MIN_EXACT_AGREEMENT['kv-float16']
+    of the prompts (see tests/format_quality.py for the numbers measured)."""
+    from mellea.engine.engine import Engine
+    from tests import format_quality as quality
+
+    wide = real_engine if weights == "float32" else Engine(dtype=weights, kv_cache_dtype="float32")
+    try:
+        assert wide.runner.k_cache.dtype is torch.float32
+        reference = quality.reference(wide, through_cache=True)
+    finally:
+        if wide is not real_engine:
+            wide.shutdown()
+    engine = Engine(dtype=weights)  # auto: float16 on CPU
+    try:
+        assert engine.runner.k_cache.dtype is torch.float16
+        score = quality.compare("kv-float16", engine, reference)
+    finally:
+        engine.shutdown()
+    assert score.relative_logprob_drop <= quality.LOGPROB_TOLERANCE, score.summary()
+    assert score.exact_agreement >= quality.MIN_EXACT_AGREEMENT["kv-float16"], score.summary()
+    assert score.passes
