@@ -39,7 +39,13 @@ LOGPROB_TOLERANCE = 0.02  # relative to fp32's own mean logprob
 # int4 12/12; under ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 on it: bfloat16
 # 10/12 (12/12), int8 7/12 (11/12), int4 12/12; on an AVX2-only CPU (issue 21):
 # bfloat16 6/12. int4 holds the default model's weights exactly: all 12 everywhere.
-MIN_EXACT_AGREEMENT = {"bfloat16": 0.5, "int8": 0.5, "int4": 1.0}
+MIN_EXACT_AGREEMENT = {"bfloat16": 0.5, "int8": 0.5, "int4": 1.0, "kv-float16": 0.75}
+# A float16 KV cache against a float32 one (the same weights), teacher-forced through
+# the cache (``through_cache``): on the AVX512-VNNI CPU, float32 weights: 12/12
+# identical, mean logprob -0.68104 against -0.68103 (a relative drop of 0.00001).
+# Its own bars: identical text on 9 of 12 (room for a near-tie a CPU family's rounding
+# may tip) and a logprob drop 10x under the formats' tolerance.
+KV_LOGPROB_TOLERANCE = 0.002
 NEAR_TIE = 0.25  # nats: fp32 gives the two tokens probabilities within a factor 1.28
 
 QUALITY_PROMPTS = [
