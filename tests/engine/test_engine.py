@@ -77,7 +77,7 @@ async def test_late_request_joins_running_batch(make_engine, tiny_hf_model):
 async def test_preemption_keeps_outputs_correct(make_engine, tiny_hf_model):
     # 12 blocks of 4 tokens; each request needs up to 8 blocks, so three cannot all fit.
     per_block = 4 * 2 * 2 * 2 * 16 * 4  # tokens * (k, v) * layers * kv heads * head_dim * fp32
-    engine = make_engine(block_size=4, kv_cache_memory=12 * per_block, kv_cache_dtype="float32")
+    engine = make_engine(block_size=4, kv_cache_memory=12 * per_block)
     assert engine.stats()["kv_blocks_total"] == 12
     prompts = [list(range(100 + 10 * i, 110 + 10 * i)) for i in range(3)]
     results = await generate(engine, prompts, SamplingParams(max_tokens=20))

@@ -35,7 +35,7 @@ def test_a_half_width_cache_holds_twice_the_tokens(make_engine) -> None:
     is allocated in the dtype asked for."""
     budget = 1 << 20
     wide = make_engine(kv_cache_memory=budget, kv_cache_dtype="float32")
-    half = make_engine(kv_cache_memory=budget)  # auto: float16 on CPU
+    half = make_engine(kv_cache_memory=budget, kv_cache_dtype="auto")  # float16 on CPU
     assert wide.runner.k_cache.dtype is torch.float32
     assert half.runner.k_cache.dtype is torch.float16
     assert half.blocks.num_blocks == 2 * wide.blocks.num_blocks
@@ -220,3 +220,23 @@ def test_float16_kv_passes_the_quality_bar_on_the_default_model(real_engine, wei
         engine.shutdown()
     assert score.relative_logprob_drop <= quality.KV_LOGPROB_TOLERANCE, score.summary()
     assert score.exact_agreement >= quality.MIN_EXACT_AGREEMENT["kv-float16"], score.summary()
+
+
+@needs_kernels
+@pytest.mark.parametrize("kv_dtype", ["float16", "bfloat16"])
+def test_fused_decode_layers_on_a_half_width_cache_match_the_layer_path(make_engine, kv_dtype):
+    """The fused C++ layer on a float16/bfloat16 cache computes exactly what the layers'
+    own path does on it (the two share rope_store_kv and paged_decode)."""
+    from tests.engine.decode_batch import decode_batch
+
+    runner = make_engine(dtype="int4", kv_cache_dtype=kv_dtype).runner
+    model = runner.model
+    assert model.path is ComputePath.CPP_FUSED
+    inputs = decode_batch(runner, [40, 70, 9])
+    args = (inputs.input_ids, inputs.positions, runner.kv_caches, inputs.meta)
+    with torch.inference_mode():
+        fused = model(*args)
+        model.set_path(ComputePath.CPP)
+        layered = model(*args)
+    assert torch.equal(fused, layered)
+    assert layered.abs().max() > 0
