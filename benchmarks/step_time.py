@@ -13,6 +13,7 @@ python benchmarks/step_time.py --model Q4_K_M.gguf --stacked-ab  # its mixed q/k
 python benchmarks/step_time.py --model FILE.gguf --dtype int4 --prompt 40  # a prompt step
 python benchmarks/step_time.py --model FILE.gguf --dtype int4 --huge-pages-ab  # 2 MiB pages
 python benchmarks/step_time.py --model Q4_K_M.gguf --dtype int4 --six-ab  # Q6_K in 6 bits
+python benchmarks/step_time.py --dtype int4 --kv-ab --context 2000  # fp32 vs fp16 KV cache
 ```
 
 ``--bytes-ab`` builds the GGUF twice, its 8-bit layers (a Q4_K_M file's Q6_K tensors
@@ -47,7 +48,7 @@ import torch
 
 from mellea.engine import cpu_kernels
 from mellea.engine.compute_path import ComputePath
-from mellea.engine.config import EngineConfig, ModelConfig
+from mellea.engine.config import EngineConfig, ModelConfig, resolve_kv_dtype
 from mellea.engine.cpu_threads import ThreadTuner
 from mellea.engine.loader import resolve_model
 from mellea.engine.model_runner import ModelRunner
@@ -62,15 +63,21 @@ def make_runner(
     block_size: int = 16,
     weights: str = "float32",
     model: str | None = None,
+    kv_dtype: str = "auto",
 ) -> ModelRunner:
     """The engine's runner for ``model`` (a path or name; the default model when None)
     with room for ``max_seqs`` x ``max_len``, its weights in the format ``weights``
-    (:mod:`mellea.engine.formats`)."""
+    (:mod:`mellea.engine.formats`), its KV cache in ``kv_dtype`` (``auto``: the
+    engine's default, float16 on CPU)."""
     path = resolve_model(model)
     model_cfg = ModelConfig.from_dir(path)
     blocks = max_seqs * (-(-max_len // block_size)) + 1
     cfg = EngineConfig(
-        model_path=path, block_size=block_size, max_model_len=max_len, weights=weights
+        model_path=path,
+        block_size=block_size,
+        max_model_len=max_len,
+        weights=weights,
+        kv_cache_dtype=resolve_kv_dtype(kv_dtype, torch.device("cpu"), torch.float32),
     )
     runner = ModelRunner(model_cfg, cfg, blocks)
     runner.threads = None  # a fixed thread count unless a benchmark asks for the tuner
@@ -246,6 +253,12 @@ def main() -> None:
         action="store_true",
         help="a GGUF's 6-bit layers (Q6_K) in the six-bit form against the byte form",
     )
+    parser.add_argument(
+        "--kv-ab", action="store_true", help="a float32 KV cache against a float16 one"
+    )
+    parser.add_argument(
+        "--context", type=int, default=300, help="--kv-ab's longest context (tokens)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -266,6 +279,9 @@ def main() -> None:
         return
     if args.stacked_ab:
         compare_stacked(args.model, args.batches, args.steps)
+        return
+    if args.kv_ab:
+        compare_kv(args.model, args.dtype, args.batches, args.steps, args.context)
         return
     if args.six_ab:
         compare_six(args.model, args.dtype, args.batches, args.steps)
@@ -390,6 +406,25 @@ def print_built_twice(
         cells = [f"{k} {v * 1e3:7.2f} ms" for k, v in secs.items()]
         ratio = min(secs[old], secs[f"{old}, built last"]) / secs[new]
         print(f"batch {b:3d}: " + ", ".join(cells) + f": {what} {ratio:.3f}x as fast")
+
+
+def compare_kv(
+    model: str | None, weights: str, batches: list[int], steps: int, context: int
+) -> None:
+    """Print ms per step with a float32 and a float16 KV cache (the same weights), the
+    two taking turns step by step, at contexts spread over [context / 2, context]."""
+    max_len = context + 16
+    runners = {
+        kv: make_runner(max(batches), max_len, 16, weights, model, kv)
+        for kv in ("float32", "float16")
+    }
+    print(f"load before: {os.getloadavg()[0]:.2f}, threads: {torch.get_num_threads()}")
+    for b in batches:
+        batch = make_batch(b, 16, context // 2, context)
+        secs = format_steps(runners, batch, steps)
+        cells = [f"{k} {v * 1e3:7.2f} ms ({b / v:7.1f} tok/s)" for k, v in secs.items()]
+        ratio = secs["float32"] / secs["float16"]
+        print(f"batch {b:3d}, context {context}: " + ", ".join(cells) + f": fp16 {ratio:.3f}x")
 
 
 def compare_six(model: str | None, weights: str, batches: list[int], steps: int) -> None:

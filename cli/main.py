@@ -151,6 +151,15 @@ def serve(
             help="KV-cache budget of the local engine: bytes (2GiB, 512MiB) or a fraction of memory (0.25) \\[default: 1GiB on CPU, capped by need].",
         ),
     ] = None,
+    kv_cache_dtype: Annotated[
+        str,
+        typer.Option(
+            "--kv-cache-dtype",
+            envvar="M_SERVE_KV_CACHE_DTYPE",
+            rich_help_panel=MODEL,
+            help="KV-cache dtype of the local engine: auto, float32, float16 or bfloat16. auto is float16 on CPU (half float32's memory a token, so the budget holds twice the context; greedy text as float32's on the test prompts) and the model's dtype on GPU. bfloat16 drifts further from float32 than float16. See docs/engine.md, KV cache.",
+        ),
+    ] = "auto",
     dtype: Annotated[
         str,
         typer.Option(
@@ -346,6 +355,7 @@ def serve(
         tool_call_parser=None if tool_call_parser.lower() == "none" else tool_call_parser,
         reasoning_parser=reasoning_parser,
         kv_cache_memory=kv_cache_memory,
+        kv_cache_dtype=kv_cache_dtype,
         dtype=dtype,
         model=model,
         lora=list(lora or []),

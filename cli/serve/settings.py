@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 SETTINGS_ENV = "M_SERVE_SETTINGS_JSON"
 # The weight formats --dtype takes (mellea.engine.formats.resolve.FORMATS, without importing torch).
 DTYPES = ("auto", "float32", "bfloat16", "int8", "int4")
+# The KV-cache dtypes --kv-cache-dtype takes (mellea.engine.config.KV_CACHE_DTYPES).
+KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclass
@@ -53,6 +55,7 @@ class ServeSettings:
     responses_max_age: float | None = 30 * 24 * 3600.0  # seconds; None: kept forever
     responses_max_bytes: int | None = 256 * 1024 * 1024  # records' JSON; None: no bound
     kv_cache_memory: str | None = None
+    kv_cache_dtype: str = "auto"  # --kv-cache-dtype (mellea.engine.config.KV_CACHE_DTYPES)
     dtype: str = "auto"  # --dtype: the local engines' weight format (mellea.engine.formats)
     model: str | None = None  # --model: every local session serves this model
     chat_template: str | None = None  # a Jinja file used instead of the model's template
@@ -70,6 +73,7 @@ class ServeSettings:
         memory = parse_size(self.kv_cache_memory, fraction=True) if self.kv_cache_memory else None
         return Runtime(
             kv_cache_memory=memory,
+            kv_cache_dtype=self.kv_cache_dtype,
             dtype=self.dtype,
             tool_call_parser=self.tool_call_parser,
             model=self.model,
@@ -135,6 +139,10 @@ def check_settings(settings: ServeSettings) -> None:
                 f"--kv-cache-memory {settings.kv_cache_memory!r}: give bytes (e.g. 2GiB) "
                 "or a fraction of memory (e.g. 0.25)"
             ) from None
+    if settings.kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise SettingsError(
+            f"--kv-cache-dtype {settings.kv_cache_dtype!r}: use one of {', '.join(KV_CACHE_DTYPES)}"
+        )
     if settings.dtype not in DTYPES:
         raise SettingsError(f"--dtype {settings.dtype!r}: use one of {', '.join(DTYPES)}")
     if settings.chat_template:

@@ -79,6 +79,8 @@ class Runtime:
     """Engines and settings shared by every local session of one app.
 
     ``kv_cache_memory``: each engine's KV-cache budget (bytes, or a fraction of memory).
+    ``kv_cache_dtype``: each engine's KV-cache dtype (``auto``, ``float32``, ``float16``,
+    ``bfloat16``; ``None``: the engine's default, ``auto``).
     ``dtype``: each engine's weight format (``auto``, ``float32``, ``bfloat16``, ``int8``;
     ``None``: the engine's default, float32 on CPU) unless a session names its own.
     ``tool_call_parser``: the format local sessions read tool calls in (``None``: hermes).
@@ -96,6 +98,7 @@ class Runtime:
         *,
         kv_cache_memory: int | float | None = None,
         dtype: str | None = None,
+        kv_cache_dtype: str | None = None,
         tool_call_parser: str | None = None,
         model: str | None = None,
         chat_template: str | None = None,
@@ -104,6 +107,7 @@ class Runtime:
         adapters: dict[str, str] | None = None,
     ) -> None:
         self.kv_cache_memory = kv_cache_memory
+        self.kv_cache_dtype = kv_cache_dtype
         self.dtype = dtype
         self.tool_call_parser = tool_call_parser
         self.model = model
@@ -145,6 +149,8 @@ class Runtime:
             engine_kwargs.setdefault("kv_cache_memory", self.kv_cache_memory)
         if self.dtype is not None:
             engine_kwargs.setdefault("dtype", self.dtype)
+        if self.kv_cache_dtype not in (None, "auto"):
+            engine_kwargs.setdefault("kv_cache_dtype", self.kv_cache_dtype)
         spelling = (spec, _frozen(engine_kwargs))
         with self._lock:
             engine = self._spellings.get(spelling)

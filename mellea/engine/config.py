@@ -20,6 +20,13 @@ from mellea.engine.formats.resolve import compute_dtype, resolve_format
 
 DEFAULT_CPU_KV_BYTES = 1 << 30  # 1 GiB
 DEFAULT_GPU_KV_FRACTION = 0.5  # of free device memory
+# What a KV-cache dtype setting may be (``auto``: see resolve_kv_dtype).
+KV_CACHE_DTYPES = {
+    "auto": None,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
 
 
 @dataclass
@@ -197,7 +204,8 @@ class EngineConfig:
     block_size: int = 16
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
-    dtype: torch.dtype = torch.float32  # of the forward pass and the KV cache
+    dtype: torch.dtype = torch.float32  # of the forward pass
+    kv_cache_dtype: torch.dtype | None = None  # of the KV cache; None: dtype's
     weights: str = "float32"  # weight format (mellea.engine.formats): float32, bfloat16, int8
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     max_model_len: int = 0  # 0: the model's max_position_embeddings
@@ -218,6 +226,27 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     format, see :mod:`mellea.engine.formats`): fp32 on CPU for every format but float16,
     the format's own dtype on GPU (``None``: bf16)."""
     return compute_dtype(resolve_format(dtype, device), device)
+
+
+def resolve_kv_dtype(
+    kv_dtype: str | torch.dtype | None, device: torch.device, dtype: torch.dtype
+) -> torch.dtype:
+    """The KV cache's dtype for a setting of :data:`KV_CACHE_DTYPES` (or a dtype):
+    ``auto`` or ``None`` is float16 on CPU (half float32's bytes a token, as llama.cpp's
+    default f16 cache; the attention reads it back as fp32) and the forward pass's
+    ``dtype`` on GPU."""
+    if isinstance(kv_dtype, torch.dtype):
+        chosen: torch.dtype | None = kv_dtype
+    elif kv_dtype is None or kv_dtype in KV_CACHE_DTYPES:
+        chosen = KV_CACHE_DTYPES[kv_dtype or "auto"]
+    else:
+        names = ", ".join(KV_CACHE_DTYPES)
+        raise ValueError(f"kv_cache_dtype must be one of {names}, got {kv_dtype!r}")
+    if chosen is None:
+        return torch.float16 if device.type == "cpu" else dtype
+    if chosen not in KV_CACHE_DTYPES.values():
+        raise ValueError(f"kv_cache_dtype {chosen} is not a cache dtype")
+    return chosen
 
 
 def total_memory_bytes(device: torch.device) -> int:

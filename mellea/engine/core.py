@@ -30,6 +30,7 @@ from mellea.engine.config import (
     resolve_device,
     resolve_dtype,
     resolve_format,
+    resolve_kv_dtype,
 )
 from mellea.engine.constraints import Constraint
 from mellea.engine.formats.resolve import faster_opt_in
@@ -81,6 +82,7 @@ class EngineCore:
         dtype: str | torch.dtype | None = None,
         device: str | None = None,
         model_config: ModelConfig | None = None,
+        kv_cache_dtype: str | torch.dtype | None = None,
     ) -> None:
         check_engine_sizes(block_size, max_num_seqs, max_num_batched_tokens)
         path = Path(path)
@@ -95,9 +97,10 @@ class EngineCore:
             weights=resolve_format(dtype, dev, path),
             device=dev,
         )
+        cfg.kv_cache_dtype = resolve_kv_dtype(kv_cache_dtype, dev, cfg.dtype)
         if dtype == "auto" and (note := faster_opt_in(cfg.weights)) is not None:
             log.info(note)
-        per_token = self.model_config.kv_bytes_per_token(cfg.dtype)
+        per_token = self.model_config.kv_bytes_per_token(cfg.kv_cache_dtype)
         model_len = self.model_config.max_position_embeddings
         budget = kv_cache_budget(kv_cache_memory, dev, max_num_seqs * model_len * per_token)
         num_blocks = budget // (block_size * per_token)
@@ -108,6 +111,13 @@ class EngineCore:
             )
         # A sequence must fit in the whole cache, or preemption could never make room.
         cfg.max_model_len = min(model_len, num_blocks * block_size)
+        log.info(
+            "KV cache: %s, %.2f GiB holds %d tokens (%d bytes a token)",
+            str(cfg.kv_cache_dtype).removeprefix("torch."),
+            num_blocks * block_size * per_token / (1 << 30),
+            num_blocks * block_size,
+            per_token,
+        )
         self.config = cfg
         self.kv_cache_budget = budget
         self.eos_token_ids = set(eos_token_ids)

@@ -75,8 +75,11 @@ def cpu_decode_attention(
     n_kv, block_size = k_cache.shape[2], k_cache.shape[1]
     width = meta.decode_block_index.shape[0] // batch * block_size
     max_len = meta.decode_max_len
+    # A half-width cache is read back as q's dtype (.to is a no-op for a cache of it).
     keys = k_cache.index_select(0, meta.decode_block_index).view(batch, width, n_kv, head_dim)
+    keys = keys.to(q.dtype)
     values = v_cache.index_select(0, meta.decode_block_index).view(batch, width, n_kv, head_dim)
+    values = values.to(q.dtype)
     out = F.scaled_dot_product_attention(
         q.reshape(batch, n_kv, n_heads // n_kv, head_dim),
         keys[:, :max_len].transpose(1, 2),
@@ -141,8 +144,8 @@ def cpu_paged_prefill_attention(
         zip(meta.prefill_query_lens, meta.prefill_total_lens, strict=True)
     ):
         blocks = meta.prefill_block_tables[b, : -(-total // block_size)].long()
-        keys = k_cache.index_select(0, blocks).view(-1, n_kv, head_dim)[:total]
-        values = v_cache.index_select(0, blocks).view(-1, n_kv, head_dim)[:total]
+        keys = k_cache.index_select(0, blocks).view(-1, n_kv, head_dim)[:total].to(q.dtype)
+        values = v_cache.index_select(0, blocks).view(-1, n_kv, head_dim)[:total].to(q.dtype)
         # New token i sits at position total - length + i and sees everything up to it.
         mask = None
         if total > length or (window is not None and total > window):

@@ -157,12 +157,13 @@ def paged_decode(
 ) -> torch.Tensor:
     """Decode attention over the paged cache: ``q`` [B, Hq, D] -> [B, Hq, D].
 
-    ``k_cache``/``v_cache``: [blocks, block_size, Hk, D]; ``block_tables`` [B, width]
-    int32; ``context_lens`` [B] int32 (the current token included); ``window``: each
-    query sees its last ``window`` positions (None: all). Call :func:`available` first.
+    ``k_cache``/``v_cache``: [blocks, block_size, Hk, D], fp32, bf16 or fp16 (an fp32
+    ``q`` reads a half-width cache as it is); ``block_tables`` [B, width] int32;
+    ``context_lens`` [B] int32 (the current token included); ``window``: each query sees
+    its last ``window`` positions (None: all). Call :func:`available` first.
     """
     dtype = q.dtype
-    if dtype != k_cache.dtype:  # e.g. activations of another precision than the cache
+    if dtype not in (k_cache.dtype, torch.float32):  # activations of another precision
         q = q.to(k_cache.dtype)
     if q.stride(2) != 1 or q.stride(1) != q.shape[2]:
         q = q.contiguous()
@@ -399,8 +400,8 @@ def rope_store_kv(
 ) -> None:
     """Rotate q and k in place in ``qkv`` [T, (heads + 2 kv_heads) * D] (fp32, pairs of
     dims adjacent) by ``rope`` (complex [T, ..., D / 2]), and write this step's K and V
-    rows into the caches at ``slots`` (the PyTorch path's complex multiply and two
-    ``index_copy_``)."""
+    rows into the caches at ``slots``, rounded to the caches' dtype (fp32, bf16 or fp16)
+    (the PyTorch path's complex multiply and two ``index_copy_``)."""
     _ops().rope_store_kv(qkv, torch.view_as_real(rope), k_cache, v_cache, slots, heads, kv_heads)
 
 

@@ -47,6 +47,7 @@ class Engine(EngineFront[EngineCore]):
         max_num_batched_tokens: int = 2048,
         dtype: str | torch.dtype | None = None,
         device: str | None = None,
+        kv_cache_dtype: str | torch.dtype | None = None,
     ) -> None:
         check_engine_sizes(block_size, max_num_seqs, max_num_batched_tokens)
         resolved = locate_model(model)  # as it is when the caller resolved it already
@@ -63,6 +64,7 @@ class Engine(EngineFront[EngineCore]):
                 dtype=dtype,
                 device=device,
                 model_config=model_config,
+                kv_cache_dtype=kv_cache_dtype,
             )
 
         super().__init__(path, resolved.model_id, build, thread_name="mellea-engine")

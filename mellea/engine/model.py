@@ -197,8 +197,9 @@ class Attention(nn.Module):
         qk = torch.view_as_real(torch.view_as_complex(qk) * rope[self.rope_kind])
         qk = qk.view(n_tokens, n_heads + n_kv, self.head_dim)
         q, k = qk[:, :n_heads], qk[:, n_heads:]
-        k_cache.view(-1, n_kv, self.head_dim).index_copy_(0, meta.slot_mapping, k)
-        v_cache.view(-1, n_kv, self.head_dim).index_copy_(0, meta.slot_mapping, v)
+        # Rounded to the cache's dtype (a no-op for an fp32 cache).
+        k_cache.view(-1, n_kv, self.head_dim).index_copy_(0, meta.slot_mapping, k.to(k_cache.dtype))
+        v_cache.view(-1, n_kv, self.head_dim).index_copy_(0, meta.slot_mapping, v.to(v_cache.dtype))
         return self._attend(q, k, v, k_cache, v_cache, meta, decode or self._decode_torch)
 
     def _forward_cpp(
@@ -211,8 +212,8 @@ class Attention(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         """The CPU path with C++ ops: one op for RoPE and the KV store where it applies
-        (no q/k norms, an fp32 cache), C++ decode attention, PyTorch prefill."""
-        if self.qk_norm is not None or k_cache.dtype != torch.float32:
+        (no q/k norms), C++ decode attention, PyTorch prefill."""
+        if self.qk_norm is not None:
             return self._forward_torch(
                 qkv, positions, rope, k_cache, v_cache, meta, self._decode_cpp
             )
@@ -487,7 +488,6 @@ class DecoderModel(nn.Module):
         if (
             self.path is ComputePath.CPP_FUSED
             and meta.num_decode == x.shape[0]
-            and kv_caches[0][0].dtype == torch.float32
             and (lora is None or (self.adapters.fused is not None and lora.row_slots is not None))
         ):
             x, residual = self._forward_fused(x, rope, kv_caches, meta, lora)

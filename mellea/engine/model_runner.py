@@ -117,8 +117,9 @@ class ModelRunner:
             model_cfg.num_kv_heads,
             model_cfg.head_dim,
         )
-        self.k_cache = zeroed(shape, cfg.dtype, cfg.device)
-        self.v_cache = zeroed(shape, cfg.dtype, cfg.device)
+        kv_dtype = cfg.kv_cache_dtype or cfg.dtype
+        self.k_cache = zeroed(shape, kv_dtype, cfg.device)
+        self.v_cache = zeroed(shape, kv_dtype, cfg.device)
         self.kv_caches = list(zip(self.k_cache.unbind(0), self.v_cache.unbind(0), strict=True))
         self.adapters = AdapterSet()  # LoRA/aLoRA adapters (mellea.engine.lora)
         self.model.adapters = self.adapters

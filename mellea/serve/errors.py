@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -27,6 +28,7 @@ ERROR_TYPES = {
 }
 
 GENERIC_SERVER_MESSAGE = "The server had an error while processing your request."
+T = TypeVar("T")
 TIMEOUT_MESSAGE = "the request took longer than the server's request timeout"
 
 log = logging.getLogger("mellea.serve")
@@ -134,3 +136,15 @@ def _is_type_tag(part: str) -> bool:
         or part in {"str", "int", "float", "bool", "list", "dict"}
         or (part.startswith(("list[", "dict[", "function-", "literal[")))
     )
+
+
+async def naming_field(call: Awaitable[T], field: str) -> T:
+    """Await a program call; a client error that names the chat ``messages`` the program
+    saw (a prompt too long, media the model cannot read) names ``field`` instead, the
+    request's own field (``input`` of a Responses request, ``prompt`` of a completion)."""
+    try:
+        return await call
+    except OpenAIError as exc:
+        if exc.param is not None and exc.param.startswith("messages"):
+            exc.param = field
+        raise

@@ -306,18 +306,30 @@ def test_n_choices_sample_differently(hello):
     assert 3 < reply.usage.completion_tokens <= 3 * 16
 
 
-def test_kv_cache_budget_flag_sets_the_block_count():
-    with serve(EXAMPLES / "hello.py", "--kv-cache-memory", "64MiB", "--no-playground") as server:
+def _kv_blocks(*flags: str) -> float:
+    """The KV cache's blocks (used and free) of a server started with ``flags``, after
+    a request."""
+    with serve(EXAMPLES / "hello.py", *flags, "--no-playground") as server:
         reply = client(server).chat.completions.create(
             model="hello", messages=QUESTION, max_tokens=4
         )
         assert reply.choices[0].message.content
         metrics = httpx.get(f"{server.base_url}/metrics").text
-    blocks = sum(
+    return sum(
         float(line.rsplit(" ", 1)[1])
         for line in metrics.splitlines()
         if line.startswith(("m_serve_kv_cache_blocks_used{", "m_serve_kv_cache_blocks_free{"))
     )
+
+
+def test_kv_cache_budget_flag_sets_the_block_count():
+    blocks = _kv_blocks("--kv-cache-memory", "64MiB", "--kv-cache-dtype", "float32")
     # SmolLM2-135M: 30 layers x (K and V) x 3 KV heads x 64 dims x 4 bytes = 46080 B/token.
     block_bytes = 46080 * 16
     assert blocks == (64 * 2**20) // block_bytes
+
+
+def test_the_default_kv_cache_is_float16_and_holds_twice_the_blocks():
+    blocks = _kv_blocks("--kv-cache-memory", "64MiB")
+    # float16: 2 bytes a value, 23040 B/token.
+    assert blocks == (64 * 2**20) // (23040 * 16)

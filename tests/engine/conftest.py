@@ -64,12 +64,16 @@ def tiny_hf_model(tiny_model_dir: Path):
 
 @pytest.fixture
 def make_engine(tiny_model_dir: Path):
-    """Factory for engines on the tiny model; all are shut down after the test."""
+    """Factory for engines on the tiny model; all are shut down after the test. Their KV
+    cache is float32 unless a test asks for another (``kv_cache_dtype``): the tests
+    hold these engines to transformers' fp32 to 1e-4 (test_kv_cache_dtype.py tests the
+    float16 default against float32)."""
     from mellea.engine.engine import Engine
 
     engines = []
 
     def factory(**kwargs) -> Engine:
+        kwargs.setdefault("kv_cache_dtype", "float32")
         engine = Engine(str(tiny_model_dir), **kwargs)
         engines.append(engine)
         return engine
@@ -81,11 +85,11 @@ def make_engine(tiny_model_dir: Path):
 
 @pytest.fixture(scope="session")
 def real_engine():
-    """One engine on the real default model, shared by the ``model`` tests (fp32: the
-    exact path, which the transformers-equality tests need)."""
+    """One engine on the real default model, shared by the ``model`` tests (fp32 weights
+    and KV cache: the exact path, which the transformers-equality tests need)."""
     from mellea.engine.engine import Engine
 
-    engine = Engine(dtype="float32")
+    engine = Engine(dtype="float32", kv_cache_dtype="float32")
     yield engine
     engine.shutdown()
 

@@ -182,7 +182,13 @@ async def test_family_matches_transformers(family, path, monkeypatch):
         monkeypatch.setenv("MELLEA_ENGINE_REFERENCE", "1")
     elif path == "cpu-torch":  # the CPU path without its C++ ops
         monkeypatch.setenv("MELLEA_CPU_KERNEL", "0")
-    engine = Engine(str(path_dir), block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
+    # A float32 KV cache: the families are held to transformers' fp32 logprobs.
+    engine = Engine(
+        str(path_dir),
+        block_size=BLOCK_SIZE,
+        max_num_batched_tokens=CHUNK,
+        kv_cache_dtype="float32",
+    )
     try:
         expected = {"cpu-cpp": "cpp", "cpu-torch": "torch", "reference": "reference"}[path]
         assert engine.stats()["compute_path"] == expected
@@ -198,7 +204,7 @@ async def test_window_shorter_than_prompt_changes_the_output(tmp_path, tiny_mode
     from mellea.engine.engine import Engine
 
     hf = build_family("mistral", tmp_path, tiny_model_dir)
-    engine = Engine(str(tmp_path))
+    engine = Engine(str(tmp_path), kv_cache_dtype="float32")
     try:
         prompt = FIRST[2]
         tokens, _, _ = await collect(engine.add_request(prompt, SamplingParams(max_tokens=8)))
@@ -220,7 +226,7 @@ async def test_family_with_fewer_kv_heads_than_heads(name, kv_heads, tmp_path, t
     assert COMMON["num_attention_heads"] > kv_heads
     hf = build_family(name, tmp_path, tiny_model_dir, num_key_value_heads=kv_heads)
     assert hf.config.num_key_value_heads == kv_heads
-    engine = Engine(str(tmp_path))
+    engine = Engine(str(tmp_path), kv_cache_dtype="float32")
     try:
         assert engine.model_config.num_kv_heads == kv_heads
         params = SamplingParams(max_tokens=NEW_TOKENS, logprobs=TOP_K, ignore_eos=True)

@@ -175,7 +175,7 @@ async def test_greedy_at_float32_equals_transformers_gguf_loading(tiny_gguf, arc
     from mellea.engine.engine import Engine
 
     path = tiny_gguf(arch, qtype)
-    engine = Engine(str(path), dtype="float32")
+    engine = Engine(str(path), dtype="float32", kv_cache_dtype="float32")
     try:
         hf = hf_model(resolve_model(str(path)))
         prompts = [[1, 504, 1575, 282, 1649, 314], [1, 1955, 665, 17, 1073, 416, 339, 237]]

@@ -302,7 +302,13 @@ async def mixed_batches_match_peft(path: Path, dirs: dict[str, Path], fmt: str):
     from mellea.engine.engine import Engine
 
     model = reference_model(path, dirs, fmt)
-    engine = Engine(str(path), dtype=fmt, block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
+    engine = Engine(
+        str(path),
+        dtype=fmt,
+        block_size=BLOCK_SIZE,
+        max_num_batched_tokens=CHUNK,
+        kv_cache_dtype="float32",  # held to the fp32 reference's logprobs
+    )
     try:
         for adapter, where in dirs.items():
             engine.load_adapter(adapter, where)
@@ -354,7 +360,9 @@ async def test_lora_blocks_never_serve_the_base_model(family):
     from mellea.engine.engine import Engine
 
     _, path, dirs = family
-    engine = Engine(str(path), block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
+    engine = Engine(
+        str(path), block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK, kv_cache_dtype="float32"
+    )
     try:
         engine.load_adapter("lora", dirs["lora"])
         ((_, _, lora_run),) = await run(engine, [(P1, "lora")])
@@ -374,7 +382,9 @@ async def test_alora_after_a_base_answer_reuses_its_blocks(family):
 
     _, path, dirs = family
     model = reference_model(path, {"alora": dirs["alora"]}, "float32")
-    engine = Engine(str(path), block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
+    engine = Engine(
+        str(path), block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK, kv_cache_dtype="float32"
+    )
     try:
         engine.load_adapter("alora", dirs["alora"])
         ((answer, _, first),) = await run(engine, [(CONVERSATION, None)])

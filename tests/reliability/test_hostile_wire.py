@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -849,6 +850,35 @@ def test_bounds_over_a_socket(server):
     )
     assert assert_our_error(response, "logit_bias")
     assert "Traceback" not in server.log
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("route", "param"), [(CHAT, "messages"), (COMPLETIONS, "prompt"), (RESPONSES, "input")]
+)
+async def test_a_prompt_past_the_context_is_a_400_naming_the_limit_and_count(
+    engine_app, route, param, stream
+):
+    """Chat, completions and Responses (streamed or not) refuse a prompt longer than the
+    engine's context (4096 positions) with the context-length 400, naming the field,
+    the limit and the prompt's token count: never a 500, an error frame or a stall."""
+    text = "many words " * 3000  # some 6000 tokens
+    body: dict[str, Any] = {"stream": stream}
+    if route == CHAT:
+        body |= {"messages": [{"role": "user", "content": text}], "max_tokens": 2}
+    elif route == COMPLETIONS:
+        body |= {"prompt": text, "max_tokens": 2}
+    else:
+        body |= {"input": text, "max_output_tokens": 2}
+    transport = httpx.ASGITransport(app=engine_app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost", timeout=60) as c:
+        response = await asyncio.wait_for(post(c, route, body), 60)
+    error = assert_our_error(response, param)
+    assert response.status_code == 400
+    assert error["code"] == "context_length_exceeded"
+    count = re.search(r"has (\d+) tokens", error["message"])
+    assert count and int(count.group(1)) > 4096, error["message"]
+    assert "4096" in error["message"], error["message"]
 
 
 async def test_truncation_auto_fits_a_long_conversation_to_the_engine_context(engine_app):

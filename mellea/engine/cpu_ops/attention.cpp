@@ -1,5 +1,6 @@
-// Decode attention straight from the paged KV cache (paged_decode). Checked against
-// PyTorch's attention by tests/engine/test_cpu_kernels.py (test_paged_decode_*).
+// Decode attention straight from the paged KV cache (paged_decode), over an fp32, bf16
+// or fp16 cache. Checked against PyTorch's attention by tests/engine/test_cpu_kernels.py
+// (test_paged_decode_*).
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <omp.h>
@@ -69,9 +70,10 @@ constexpr int64_t kMinSpan = 48;
 // Each sequence's positions go to `splits` tasks (more than one only when there are
 // fewer sequences than threads: one long context then still uses every core); the
 // pieces are merged by their maxima, as flash-decoding does.
-template <typename T>
-void decode(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_t* tables,
-            const int32_t* lens, T* out, int64_t batch, int64_t hq, int64_t hk, int64_t dim,
+// Q is the queries' (and the output's) type, C the cache's.
+template <typename Q, typename C>
+void decode(const Q* q, int64_t q_stride, const C* kc, const C* vc, const int32_t* tables,
+            const int32_t* lens, Q* out, int64_t batch, int64_t hq, int64_t hk, int64_t dim,
             int64_t block, int64_t width, int64_t kv_block_stride, float scale, int64_t window,
             int64_t splits) {
   const int64_t hd = hq * dim, piece = hq * (dim + 2);  // one piece: acc, top, sums
@@ -91,8 +93,8 @@ void decode(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_
       if (splits == 1) {
         for (int64_t j = 0; j < hq; ++j) {
           const float inv = 1.f / part[hd + hq + j];
-          T* o = out + (b * hq + j) * dim;
-          for (int64_t d = 0; d < dim; ++d) o[d] = static_cast<T>(part[j * dim + d] * inv);
+          Q* o = out + (b * hq + j) * dim;
+          for (int64_t d = 0; d < dim; ++d) o[d] = static_cast<Q>(part[j * dim + d] * inv);
         }
       }
     }
@@ -110,11 +112,11 @@ void decode(const T* q, int64_t q_stride, const T* kc, const T* vc, const int32_
         sum += w[c] * part[hd + hq + j];
       }
       const float inv = 1.f / sum;
-      T* o = out + (b * hq + j) * dim;
+      Q* o = out + (b * hq + j) * dim;
       for (int64_t d = 0; d < dim; ++d) {
         float v = 0.f;
         for (int64_t c = 0; c < splits; ++c) v += w[c] * first[c * piece + j * dim + d];
-        o[d] = static_cast<T>(v * inv);
+        o[d] = static_cast<Q>(v * inv);
       }
     }
   }
@@ -133,7 +135,9 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
               "v_cache laid out as k_cache");
   TORCH_CHECK(block_tables.scalar_type() == at::kInt && block_tables.is_contiguous(), "tables");
   TORCH_CHECK(context_lens.scalar_type() == at::kInt && context_lens.is_contiguous(), "lens");
-  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type(), "q and cache dtypes differ");
+  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type() || q.scalar_type() == at::kFloat,
+              "q: the cache's dtype, or fp32");
+  TORCH_CHECK(v_cache.scalar_type() == k_cache.scalar_type(), "k and v cache dtypes differ");
   auto out = empty(q.sizes(), q.options());
   const int64_t batch = q.size(0), hq = q.size(1), dim = q.size(2);
   const int64_t block = k_cache.size(1), hk = k_cache.size(2);
@@ -148,11 +152,17 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k_cache, const at
   const int64_t splits = batch >= threads ? 1
                                           : std::clamp<int64_t>(longest / kMinSpan, 1,
                                                                 std::min<int64_t>(64, (threads + batch - 1) / batch));
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode", [&] {
-    decode<scalar_t>(q.data_ptr<scalar_t>(), q.stride(0), k_cache.data_ptr<scalar_t>(),
-                     v_cache.data_ptr<scalar_t>(), block_tables.data_ptr<int32_t>(), lens,
-                     out.data_ptr<scalar_t>(), batch, hq, hk, dim, block, block_tables.size(1),
-                     k_cache.stride(0), static_cast<float>(scale), window, splits);
+  // An fp32 forward pass may read a half-width cache (q fp32, the cache bf16 or fp16).
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, k_cache.scalar_type(), "paged_decode", [&] {
+    auto run = [&](auto* q_data, auto* out_data) {
+      decode(q_data, q.stride(0), k_cache.data_ptr<scalar_t>(), v_cache.data_ptr<scalar_t>(),
+             block_tables.data_ptr<int32_t>(), lens, out_data, batch, hq, hk, dim, block,
+             block_tables.size(1), k_cache.stride(0), static_cast<float>(scale), window, splits);
+    };
+    if (q.scalar_type() == k_cache.scalar_type())
+      run(q.data_ptr<scalar_t>(), out.data_ptr<scalar_t>());
+    else
+      run(q.data_ptr<float>(), out.data_ptr<float>());
   });
   return out;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ops.h"
+#include "simd.h"
 
 namespace MELLEA_CPU_NS {
 
@@ -46,6 +47,33 @@ void rms_rows(const T* x, T* residual, const T* weight, T* out, int64_t rows, in
   });
 }
 
+// rope_store_kv's work on rows whose cache holds C (see there).
+template <typename C>
+void rope_rows(float* rows, const float* cs, C* kc, C* vc, const int64_t* slot, int64_t T,
+               int64_t width, int64_t rope_stride, int64_t hq, int64_t hk, int64_t dim,
+               int64_t cache_rows) {
+  const int64_t half = dim / 2, kv = hk * dim;
+  for (int64_t t = 0; t < T; ++t)
+    TORCH_CHECK(slot[t] >= 0 && slot[t] < cache_rows, "slot out of the cache");
+  at::parallel_for(0, T, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = rows + t * width;
+      const float* r = cs + t * rope_stride;
+      for (int64_t h = 0; h < hq + hk; ++h) {
+        float* x = row + h * dim;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = x[2 * i], b = x[2 * i + 1], c = r[2 * i], s = r[2 * i + 1];
+          x[2 * i] = a * c - b * s;
+          x[2 * i + 1] = a * s + b * c;
+        }
+      }
+      store_row(row + hq * dim, kc + slot[t] * kv, kv);
+      store_row(row + hq * dim + kv, vc + slot[t] * kv, kv);
+    }
+  });
+}
+
 }  // namespace
 
 // x: [T, H] (rows may be strided). With a residual (dense [T, H], updated in place).
@@ -73,7 +101,8 @@ at::Tensor rms_norm(const at::Tensor& x, const c10::optional<at::Tensor>& residu
 // written into the paged cache (what took the PyTorch path eight ops per layer).
 // qkv: [T, (hq + 2 hk) * dim] fp32, rows dense; rope: [T, ..., dim / 2, 2] fp32 (cos, sin
 // of each adjacent pair: the CPU path stores q/k dims pairwise); caches [blocks,
-// block_size, hk, dim] fp32, dense; slots: [T] int64, a token's row in the flat cache.
+// block_size, hk, dim] fp32, bf16 or fp16 (K and V rounded to it as PyTorch's .to rounds),
+// dense; slots: [T] int64, a token's row in the flat cache.
 void rope_store_kv(const at::Tensor& qkv, const at::Tensor& rope, const at::Tensor& k_cache,
                    const at::Tensor& v_cache, const at::Tensor& slots, int64_t hq, int64_t hk) {
   TORCH_CHECK(qkv.dim() == 2 && qkv.stride(1) == 1 && qkv.scalar_type() == at::kFloat,
@@ -84,36 +113,15 @@ void rope_store_kv(const at::Tensor& qkv, const at::Tensor& rope, const at::Tens
                   rope.size(-2) == half && rope.stride(-1) == 1 && rope.stride(-2) == 2,
               "rope: [T, ..., dim / 2, 2] fp32");
   for (const auto* c : {&k_cache, &v_cache})
-    TORCH_CHECK(c->is_contiguous() && c->scalar_type() == at::kFloat && c->size(-1) == dim &&
-                    c->size(-2) == hk,
-                "caches: [blocks, block_size, hk, dim] fp32, dense");
+    TORCH_CHECK(c->is_contiguous() && c->scalar_type() == k_cache.scalar_type() &&
+                    c->size(-1) == dim && c->size(-2) == hk,
+                "caches: [blocks, block_size, hk, dim] of one dtype, dense");
   TORCH_CHECK(slots.scalar_type() == at::kLong && slots.is_contiguous() && slots.numel() == T,
               "slots: [T] int64");
-  float* rows = qkv.data_ptr<float>();
-  const float* cs = rope.data_ptr<float>();
-  float* kc = k_cache.data_ptr<float>();
-  float* vc = v_cache.data_ptr<float>();
-  const int64_t* slot = slots.data_ptr<int64_t>();
-  const int64_t width = qkv.stride(0), rope_stride = rope.stride(0), kv = hk * dim;
-  const int64_t cache_rows = k_cache.numel() / kv;
-  for (int64_t t = 0; t < T; ++t)
-    TORCH_CHECK(slot[t] >= 0 && slot[t] < cache_rows, "slot out of the cache");
-  at::parallel_for(0, T, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* row = rows + t * width;
-      const float* r = cs + t * rope_stride;
-      for (int64_t h = 0; h < hq + hk; ++h) {
-        float* x = row + h * dim;
-#pragma omp simd
-        for (int64_t i = 0; i < half; ++i) {
-          const float a = x[2 * i], b = x[2 * i + 1], c = r[2 * i], s = r[2 * i + 1];
-          x[2 * i] = a * c - b * s;
-          x[2 * i + 1] = a * s + b * c;
-        }
-      }
-      std::copy(row + hq * dim, row + hq * dim + kv, kc + slot[t] * kv);
-      std::copy(row + hq * dim + kv, row + hq * dim + 2 * kv, vc + slot[t] * kv);
-    }
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, k_cache.scalar_type(), "rope_store_kv", [&] {
+    rope_rows(qkv.data_ptr<float>(), rope.data_ptr<float>(), k_cache.data_ptr<scalar_t>(),
+              v_cache.data_ptr<scalar_t>(), slots.data_ptr<int64_t>(), T, qkv.stride(0),
+              rope.stride(0), hq, hk, dim, k_cache.numel() / (hk * dim));
   });
 }
 

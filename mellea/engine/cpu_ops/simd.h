@@ -1,9 +1,11 @@
 // Vector helpers the ops share, free of ATen: exp on vectors (the softmax, SiLU), the
-// AVX2 build's 8-lane sum, fp16 to fp32, prefetching.
+// AVX2 build's 8-lane sum, fp16 to fp32, rows of a KV cache to and from fp32, prefetching.
 #pragma once
 
+#include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -11,16 +13,6 @@
 #include "family.h"
 
 namespace MELLEA_CPU_NS {
-
-template <typename T>
-inline const float* as_float(const T* src, float* buf, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    return src;
-  } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(src[i]);
-    return buf;
-  }
-}
 
 #ifdef __AVX512F__
 // exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2 (ln 2 in two parts), and
@@ -123,6 +115,51 @@ inline void prefetch(const void* p) {
 #else
   __builtin_prefetch(p);
 #endif
+}
+
+// n values as fp32: src itself when it is fp32, else converted into buf (8 lanes at a
+// time with F16C for fp16, 16 with AVX-512; the same values as c10's conversion).
+template <typename T>
+inline const float* as_float(const T* src, float* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return src;
+  } else {
+    int64_t i = 0;
+#ifdef __AVX512F__
+    if constexpr (std::is_same_v<T, c10::Half>) {
+      for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(buf + i, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                      reinterpret_cast<const __m256i*>(src + i))));
+    }
+#endif
+#ifdef __F16C__
+    if constexpr (std::is_same_v<T, c10::Half>) {
+      for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                      reinterpret_cast<const __m128i*>(src + i))));
+    }
+#endif
+    for (; i < n; ++i) buf[i] = static_cast<float>(src[i]);
+    return buf;
+  }
+}
+
+// n fp32 values into a cache row of T, rounded to nearest even as c10 rounds.
+template <typename T>
+inline void store_row(const float* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(src, src + n, dst);
+  } else {
+    int64_t i = 0;
+#ifdef __F16C__
+    if constexpr (std::is_same_v<T, c10::Half>) {
+      for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    }
+#endif
+    for (; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+  }
 }
 
 }  // namespace MELLEA_CPU_NS

@@ -82,8 +82,8 @@ def paged_attention_prefill_ref(
         q_len = hi - lo
         if q_len == 0:
             continue
-        keys = _gather(k_cache, block_tables[b], total)
-        values = _gather(v_cache, block_tables[b], total)
+        keys = _gather(k_cache, block_tables[b], total).to(q.dtype)
+        values = _gather(v_cache, block_tables[b], total).to(q.dtype)
         if n_heads != n_kv:
             keys = keys.repeat_interleave(n_heads // n_kv, dim=1)
             values = values.repeat_interleave(n_heads // n_kv, dim=1)

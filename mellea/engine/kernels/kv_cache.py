@@ -17,12 +17,13 @@ def store_kv_cache_ref(
     """PyTorch reference, in place.
 
     ``k``, ``v``: [T, Hk, D]; caches: [num_blocks, block_size, Hk, D];
-    ``slot_mapping``: [T] int64, slot = block * block_size + offset, -1 = skip.
+    ``slot_mapping``: [T] int64, slot = block * block_size + offset, -1 = skip. k/v
+    are rounded to the caches' dtype where it differs (a half-width cache).
     """
     keep = slot_mapping >= 0
     slots = slot_mapping[keep]
-    k_cache.view(-1, *k_cache.shape[2:])[slots] = k[keep]
-    v_cache.view(-1, *v_cache.shape[2:])[slots] = v[keep]
+    k_cache.view(-1, *k_cache.shape[2:])[slots] = k[keep].to(k_cache.dtype)
+    v_cache.view(-1, *v_cache.shape[2:])[slots] = v[keep].to(v_cache.dtype)
 
 
 def store_kv_cache(

@@ -4,10 +4,11 @@ a row; whole or streamed."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mellea.core.thunk import ModelOutputThunk
 from mellea.serve.choice_events import ChoiceEvent
 from mellea.serve.choices_reply import ChoicesReply
 from mellea.serve.completions.objects import (
@@ -18,6 +19,7 @@ from mellea.serve.completions.objects import (
 )
 from mellea.serve.completions.render import PromptScoring, TextChunk, TextChunks, text_choice
 from mellea.serve.completions.request import CompletionRequest
+from mellea.serve.errors import naming_field
 from mellea.serve.frames import Frame
 from mellea.serve.protocol import Usage
 from mellea.serve.rendering import render_events
@@ -66,6 +68,11 @@ class TextReply(ChoicesReply[Completion]):
         super().__init__(context)
         self.n = context.n
         self.prompt_scores = context.scoring.asked
+
+    def guard(self, call: Awaitable[ModelOutputThunk]) -> Awaitable[ModelOutputThunk]:
+        """A client error naming the program's chat ``messages`` (a prompt too long)
+        names the request's ``prompt`` instead."""
+        return naming_field(call, "prompt")
 
     async def whole_choice(
         self, events: AsyncIterator[ChoiceEvent], index: int, tally: Tally

@@ -7,7 +7,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from mellea.core.model_options import ModelOption
-from mellea.serve.errors import OpenAIError
+from mellea.serve.errors import OpenAIError, naming_field
 from mellea.serve.options import LOGPROBS, TOP_LOGPROBS, ServeArguments
 from mellea.serve.responses.items import chat_messages
 from mellea.serve.responses.objects import ResponseObject
@@ -167,9 +167,4 @@ async def naming_input(call: Awaitable[T]) -> T:
     """Await a program call for a Responses request; a client error that names the chat
     ``messages`` the program saw (a prompt too long, media the model cannot read) names
     the request's ``input`` instead, the field this client sent."""
-    try:
-        return await call
-    except OpenAIError as exc:
-        if exc.param is not None and exc.param.startswith("messages"):
-            exc.param = "input"
-        raise
+    return await naming_field(call, "input")
