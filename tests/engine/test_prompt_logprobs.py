@@ -49,7 +49,7 @@ def assert_matches(entries: list[TokenLogprobs | None], prompt: list[int], refer
 def test_prompt_logprobs_equal_transformers_and_leave_generation_alone(
     tiny_model_dir, tiny_hf_model
 ):
-    core = EngineCore(tiny_model_dir, eos_token_ids={2})
+    core = EngineCore(tiny_model_dir, eos_token_ids={2}, kv_cache_dtype="float32")
     scored = add(core, "scored", PROMPT, max_tokens=6, prompt_logprobs=4)
     plain = add(core, "plain", OTHER, max_tokens=6)
     run(core)
@@ -61,7 +61,7 @@ def test_prompt_logprobs_equal_transformers_and_leave_generation_alone(
 
 
 def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(tiny_model_dir, tiny_hf_model):
-    core = EngineCore(tiny_model_dir, eos_token_ids={2})
+    core = EngineCore(tiny_model_dir, eos_token_ids={2}, kv_cache_dtype="float32")
     seq = add(core, "s", PROMPT, max_tokens=0, prompt_logprobs=0)
     outputs = run(core)
     assert [(o.seq, o.token, o.finish_reason) for o in outputs] == [(seq, None, "length")]
@@ -72,7 +72,7 @@ def test_max_tokens_zero_scores_the_prompt_and_generates_nothing(tiny_model_dir,
 
 
 def test_a_cached_prefix_is_computed_again_for_a_scored_prompt(tiny_model_dir, tiny_hf_model):
-    core = EngineCore(tiny_model_dir, eos_token_ids={2})
+    core = EngineCore(tiny_model_dir, eos_token_ids={2}, kv_cache_dtype="float32")
     add(core, "warm", PROMPT, max_tokens=1)
     run(core)
     scored = add(core, "scored", PROMPT, max_tokens=1, prompt_logprobs=2)
@@ -85,7 +85,9 @@ def test_a_cached_prefix_is_computed_again_for_a_scored_prompt(tiny_model_dir, t
 
 @pytest.mark.parametrize("budget", [5, 16])
 def test_a_prompt_prefilled_in_chunks_is_scored_whole(tiny_model_dir, tiny_hf_model, budget):
-    core = EngineCore(tiny_model_dir, eos_token_ids={2}, max_num_batched_tokens=budget)
+    core = EngineCore(
+        tiny_model_dir, eos_token_ids={2}, max_num_batched_tokens=budget, kv_cache_dtype="float32"
+    )
     busy = add(core, "busy", OTHER, max_tokens=12)  # decodes share the steps' budget
     scored = add(core, "scored", PROMPT, max_tokens=3, prompt_logprobs=3)
     run(core)
@@ -96,7 +98,9 @@ def test_a_prompt_prefilled_in_chunks_is_scored_whole(tiny_model_dir, tiny_hf_mo
 
 
 def test_a_preempted_prompt_is_not_scored_twice(tiny_model_dir, tiny_hf_model):
-    core = EngineCore(tiny_model_dir, eos_token_ids={2}, max_num_batched_tokens=16)
+    core = EngineCore(
+        tiny_model_dir, eos_token_ids={2}, max_num_batched_tokens=16, kv_cache_dtype="float32"
+    )
     scored = add(core, "scored", PROMPT, max_tokens=2, prompt_logprobs=1)
     core.step()  # the first chunk of 16 is scored
     assert len(scored.prompt_logprobs) == 17

@@ -24,7 +24,12 @@ async def test_family_on_triton_kernels(name, tmp_path, tokenizer_dir, monkeypat
 
     monkeypatch.setenv("MELLEA_ENGINE_REFERENCE", "1")
     hf = build_family(name, tmp_path, tokenizer_dir)
-    engine = Engine(str(tmp_path), block_size=BLOCK_SIZE, max_num_batched_tokens=CHUNK)
+    engine = Engine(
+        str(tmp_path),
+        block_size=BLOCK_SIZE,
+        max_num_batched_tokens=CHUNK,
+        kv_cache_dtype="float32",  # compared with transformers in fp32
+    )
     try:
         await run_rounds(engine, hf)
     finally:

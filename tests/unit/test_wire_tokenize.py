@@ -18,12 +18,14 @@ import openai
 import pytest
 from fastapi import FastAPI
 
-from cli.serve.app import build_app
+from cli.serve.app import build_app, create_app
+from cli.serve.program import Program
 from cli.serve.settings import ServeSettings
+from mellea.backends.runtime import Runtime
 from mellea.serve.tokenize import TokenizeRequest, tokenize
 from tests.compat.media_samples import PNG
 from tests.engine.conftest import make_tiny_llama
-from tests.inprocess import BASE_URL, app_for, client_for
+from tests.inprocess import BASE_URL, client_for
 from tests.server import PROGRAMS
 
 TEXT = "Hello world, here is some text: héllo 🤗!"
@@ -270,7 +272,10 @@ async def test_a_body_that_is_not_json_is_a_400(client):
 
 
 async def test_a_program_without_a_local_model_gets_a_404():
-    async with client_for(app_for(PROGRAMS / "plain_sync.py")) as client:
+    # Its own runtime: the process's default one holds whatever earlier tests loaded.
+    program = Program.load(PROGRAMS / "plain_sync.py", Runtime())
+    app = create_app(program, ServeSettings(program=str(PROGRAMS / "plain_sync.py")))
+    async with client_for(app) as client:
         for path, body in [("/tokenize", {"prompt": "a"}), ("/detokenize", {"tokens": [1]})]:
             response = await client.post(path, json=body)
             assert response.status_code == 404, response.text
